@@ -1,0 +1,132 @@
+"""Measurable properties of a response text: the counts behind contrastive criteria and the factorized CRM's
+response features.
+
+`response_counts(text)` gives raw counts (what the contrastive-criteria rules in crm/data.py threshold on);
+`response_features(text)` turns them into scale-friendly floats (log1p of counts, ratios in [0, 1]) in the fixed
+order FEATURE_NAMES, so a feature vector means the same thing in every checkpoint. Pure Python, no models.
+"""
+
+import math
+import re
+
+import numpy as np
+
+_WORD = re.compile(r"\b\w+\b")
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+\S")
+_LIST_MARKER = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+")
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+\S")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_INLINE_CODE = re.compile(r"`[^`\n]+`")
+_BOLD = re.compile(r"\*\*[^*\n]+\*\*|__[^_\n]+__")
+_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+_URL = re.compile(r"https?://\S+|www\.\S+")
+_SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)")
+_REFUSAL = re.compile(
+    r"\b(?:I(?:'m| am) sorry|I apologi[sz]e|I can(?:no|')t (?:help|assist|provide|do)"
+    r"|I(?:'m| am) (?:not able|unable) to|I won't|as an AI|I must decline|not appropriate|is illegal"
+    r"|I do not feel comfortable)",
+    re.IGNORECASE,
+)
+
+# Raw counts, in a fixed order (ints, except where noted).
+COUNT_NAMES = (
+    "chars", "words", "lines", "paragraphs", "sentences", "list_items", "headings", "code_blocks",
+    "code_lines", "inline_code", "bold_marks", "table_rows", "questions", "exclamations", "digits", "uppercase",
+    "urls", "refusal_phrases",
+)
+
+# Model features, in a fixed order: never reorder or rename (checkpoints store vectors in this order);
+# append new ones at the end.
+FEATURE_NAMES = (
+    "log_words", "log_chars", "log_lines", "log_paragraphs", "log_sentences", "avg_sentence_words",
+    "avg_word_chars", "log_list_items", "list_line_ratio", "log_headings", "log_code_blocks", "code_line_ratio",
+    "log_inline_code", "log_bold_marks", "log_table_rows", "log_questions", "log_exclamations", "digit_ratio",
+    "uppercase_ratio", "log_urls", "refusal",
+)
+
+
+def as_text(value: object) -> str:
+    """Responses come from public files where a few are not strings (PandaLM); measure their text form."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return value if isinstance(value, str) else str(value)
+
+
+def response_counts(text: object) -> dict[str, int]:
+    """Raw counts of a response's measurable properties (keys: COUNT_NAMES)."""
+    text = as_text(text)
+    lines = text.splitlines()
+    prose_lines, code_lines, code_blocks, in_code = [], 0, 0, False
+    for line in lines:
+        if _FENCE.match(line):
+            code_blocks += 0 if in_code else 1
+            in_code = not in_code
+        elif in_code:
+            code_lines += 1
+        else:
+            prose_lines.append(line)
+    prose = "\n".join(prose_lines)
+    unmarked = "\n".join(_LIST_MARKER.sub("", line) for line in prose_lines)  # "1." is not a sentence end
+    return {
+        "chars": len(text),
+        "words": len(_WORD.findall(text)),
+        "lines": sum(1 for line in lines if line.strip()),
+        "paragraphs": sum(1 for block in re.split(r"\n\s*\n", text) if block.strip()),
+        "sentences": len(_SENTENCE_END.findall(unmarked)) or (1 if unmarked.strip() else 0),
+        "list_items": sum(1 for line in prose_lines if _LIST_ITEM.match(line)),
+        "headings": sum(1 for line in prose_lines if _HEADING.match(line)),
+        "code_blocks": code_blocks,
+        "code_lines": code_lines,
+        "inline_code": len(_INLINE_CODE.findall(prose)),
+        "bold_marks": len(_BOLD.findall(prose)),
+        "table_rows": sum(1 for line in prose_lines if _TABLE_ROW.match(line)),
+        "questions": prose.count("?"),
+        "exclamations": prose.count("!"),
+        "digits": sum(ch.isdigit() for ch in text),
+        "uppercase": sum(ch.isupper() for ch in text),
+        "urls": len(_URL.findall(text)),
+        "refusal_phrases": len(_REFUSAL.findall(prose)),
+    }
+
+
+def features_from_counts(counts: dict[str, int]) -> dict[str, float]:
+    """The model features (keys and order: FEATURE_NAMES) of one response's counts."""
+    log = math.log1p
+    chars, words, lines = counts["chars"], counts["words"], counts["lines"]
+    letters = max(chars, 1)
+    features = {
+        "log_words": log(words),
+        "log_chars": log(chars),
+        "log_lines": log(lines),
+        "log_paragraphs": log(counts["paragraphs"]),
+        "log_sentences": log(counts["sentences"]),
+        # Long sentences are capped so one run-on answer does not dominate the scale.
+        "avg_sentence_words": min(words / max(counts["sentences"], 1), 100.0) / 100.0,
+        "avg_word_chars": min(chars / max(words, 1), 20.0) / 20.0,
+        "log_list_items": log(counts["list_items"]),
+        "list_line_ratio": counts["list_items"] / max(lines, 1),
+        "log_headings": log(counts["headings"]),
+        "log_code_blocks": log(counts["code_blocks"]),
+        "code_line_ratio": min(counts["code_lines"] / max(lines, 1), 1.0),
+        "log_inline_code": log(counts["inline_code"]),
+        "log_bold_marks": log(counts["bold_marks"]),
+        "log_table_rows": log(counts["table_rows"]),
+        "log_questions": log(counts["questions"]),
+        "log_exclamations": log(counts["exclamations"]),
+        "digit_ratio": counts["digits"] / letters,
+        "uppercase_ratio": counts["uppercase"] / letters,
+        "log_urls": log(counts["urls"]),
+        "refusal": 1.0 if counts["refusal_phrases"] else 0.0,
+    }
+    return {name: float(features[name]) for name in FEATURE_NAMES}
+
+
+def response_features(text: object) -> dict[str, float]:
+    """Scale-friendly features of one response (keys and order: FEATURE_NAMES)."""
+    return features_from_counts(response_counts(text))
+
+
+def feature_matrix(texts: list) -> np.ndarray:
+    """One float32 row per text, columns in FEATURE_NAMES order."""
+    rows = [list(response_features(text).values()) for text in texts]
+    return np.asarray(rows, dtype=np.float32).reshape(len(rows), len(FEATURE_NAMES))

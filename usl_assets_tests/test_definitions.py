@@ -1,0 +1,32 @@
+"""The code location as the UI loads it: one Definitions, every asset with its checks, every group known."""
+
+import dagster as dg
+
+from usl_assets.definitions import defs
+
+EXPECTED_GROUPS = {"preferences", "crm", "responses", "scoring", "leaderboards"}
+
+
+def test_definitions_load_and_validate():
+    dg.Definitions.validate_loadable(defs)
+    assert defs.resolve_asset_graph().get_all_asset_keys()
+
+
+def test_every_asset_has_at_least_one_check():
+    graph = defs.resolve_asset_graph()
+    checked = {check_key.asset_key for check_key in graph.asset_check_keys}
+    unchecked = sorted(k.to_user_string() for k in graph.get_all_asset_keys() if k not in checked)
+    assert not unchecked, f"assets without asset checks: {unchecked}"
+
+
+def test_assets_are_grouped_by_stage():
+    graph = defs.resolve_asset_graph()
+    groups = {graph.get(key).group_name for key in graph.get_all_asset_keys()}
+    assert groups <= EXPECTED_GROUPS, groups - EXPECTED_GROUPS
+
+
+def test_warehouse_writers_share_one_pool():
+    graph = defs.resolve_asset_graph()
+    for key in graph.get_all_asset_keys():
+        node = graph.get(key)
+        assert node.pools <= {"warehouse"}, (key, node.pools)

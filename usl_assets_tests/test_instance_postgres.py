@@ -1,0 +1,56 @@
+"""The shared deployment: Dagster's instance storage in a real PostgreSQL (deploy/dagster.postgres.yaml)."""
+
+import shutil
+import uuid
+
+import dagster as dg
+import psycopg2
+import pytest
+
+from usl_assets_tests.conftest import REPO_ROOT
+
+PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
+
+
+def _admin(sql: str) -> None:
+    conn = psycopg2.connect(dbname="postgres", **PG)
+    conn.autocommit = True
+    try:
+        conn.cursor().execute(sql)
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def postgres_instance(tmp_path, monkeypatch):
+    try:
+        psycopg2.connect(dbname="postgres", connect_timeout=5, **PG).close()
+    except psycopg2.OperationalError as error:
+        pytest.fail(f"PostgreSQL at 127.0.0.1:5432 is required for this test: {error}")
+    db_name = f"usl_test_{uuid.uuid4().hex[:10]}"
+    _admin(f'CREATE DATABASE "{db_name}"')
+    for key, value in {"USL_PG_HOST": "127.0.0.1", "USL_PG_USER": "postgres", "USL_PG_PASSWORD": "",
+                       "USL_PG_DB": db_name}.items():
+        monkeypatch.setenv(key, value)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO_ROOT / "deploy" / "dagster.postgres.yaml", home / "dagster.yaml")
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        yield instance
+    finally:
+        instance.dispose()
+        _admin(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
+
+
+def test_postgres_instance_records_a_real_materialization(postgres_instance, usl_env):
+    from usl_assets.preferences.assets import raw_autoj_pairwise
+
+    assert type(postgres_instance.run_storage).__name__ == "PostgresRunStorage"
+    result = dg.materialize([raw_autoj_pairwise], instance=postgres_instance, resources=usl_env)
+    assert result.success
+    event = postgres_instance.get_latest_materialization_event(dg.AssetKey("raw_autoj_pairwise"))
+    assert event is not None
+    assert event.asset_materialization.metadata["dagster/row_count"].value == 1392
+    runs = postgres_instance.get_runs()
+    assert [run.run_id for run in runs] == [result.run_id]
