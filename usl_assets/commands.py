@@ -1,16 +1,29 @@
 """Project-wide subcommands: `usl status` (what is materialized, row counts) and `usl run` (the whole graph)."""
 
 import argparse
+import os
 
 import dagster as dg
 
 from usl_assets.resources import Warehouse
-from usl_assets.settings import usl_home
+from usl_assets.settings import UslConfigError, usl_home
+
+
+def open_instance() -> dg.DagsterInstance:
+    """The Dagster instance of DAGSTER_HOME (the Makefile sets it to $USL_HOME/dagster with dagster.yaml)."""
+    if not os.environ.get("DAGSTER_HOME"):
+        raise UslConfigError(
+            "DAGSTER_HOME is not set: use `make run` / `make status`, or export DAGSTER_HOME=$USL_HOME/dagster "
+            "and copy dagster.yaml (or deploy/dagster.postgres.yaml) there"
+        )
+    return dg.DagsterInstance.get()
 
 
 def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     status = subparsers.add_parser("status", help="what is materialized and the warehouse's row counts")
     status.set_defaults(handler=show_status)
+    run = subparsers.add_parser("run", help="materialize the whole asset graph on the instance in DAGSTER_HOME")
+    run.set_defaults(handler=run_everything)
 
 
 def warehouse_tables(warehouse: Warehouse) -> list[tuple[str, str, int]]:
@@ -49,8 +62,56 @@ def show_status(args: argparse.Namespace) -> int:
     print(f"warehouse: {warehouse.database_path()}" + ("" if warehouse.database_path().exists() else " (not yet)"))
     for schema, table, rows in warehouse_tables(warehouse):
         print(f"  {schema}.{table:<40} {rows:>10,} rows")
-    with dg.DagsterInstance.get() as instance:
+    with open_instance() as instance:
         print(f"assets (Dagster instance {instance.root_directory}):")
         for key, when in materialization_status(instance):
             print(f"  {key:<42} {when}")
+    return 0
+
+
+SUMMARY_QUERIES = {
+    "preferences (raw → valid + quarantined)": (
+        "quality.quarantine",
+        "SELECT v.source, v.valid, coalesce(q.quarantined, 0) AS quarantined FROM "
+        "(SELECT source, count(*) AS valid FROM validated.preferences GROUP BY source) v LEFT JOIN "
+        "(SELECT source, count(*) AS quarantined FROM quality.quarantine GROUP BY source) q USING (source) "
+        "ORDER BY source",
+    ),
+    "CRM evaluation (accuracy)": (
+        "crm.evaluation",
+        "PIVOT (SELECT split, variant, round(accuracy, 3) AS accuracy FROM crm.evaluation) "
+        "ON split USING first(accuracy) ORDER BY variant",
+    ),
+    "default leaderboard, AlpacaEval (top 10)": (
+        "leaderboard.rankings",
+        "SELECT rank, model, round(score, 1) AS score, round(ci_low, 1) AS ci_low, round(ci_high, 1) AS ci_high, "
+        "n_prompts FROM leaderboard.rankings WHERE pool = 'alpaca_eval' AND scenario = 'all' "
+        "AND profile = 'default' AND method = 'usl' ORDER BY score DESC LIMIT 10",
+    ),
+    "external validity": (
+        "leaderboard.external_validity",
+        "SELECT * FROM leaderboard.external_validity ORDER BY ALL",
+    ),
+}
+
+
+def print_summary(warehouse: Warehouse) -> None:
+    for title, (table, sql) in SUMMARY_QUERIES.items():
+        if not warehouse.table_exists(table):
+            continue
+        print(f"\n{title}")
+        print(warehouse.query(sql).to_string(index=False))
+
+
+def run_everything(args: argparse.Namespace) -> int:
+    from usl_assets.pipeline import run_graph
+
+    warehouse = Warehouse()
+    with open_instance() as instance:
+        phases = run_graph(instance)
+    print(f"\ndone in {sum(p.seconds for p in phases):,.0f} s; Dagster home: {instance.root_directory}")
+    print(f"warehouse (Dagster writes it): {warehouse.database_path()}")
+    print(f"published copy for analysts:   {warehouse.published_path()}")
+    print_summary(warehouse)
+    print("\nmore: `make status`, `make ui` (Dagster UI), docs/leaderboards.md (queries)")
     return 0

@@ -1,0 +1,74 @@
+"""`usl run`: the whole asset graph on the instance in DAGSTER_HOME, in three phases.
+
+1. every unpartitioned asset upstream of the model partitions (preferences, CRM, prompts),
+2. every model partition at once (the partitioned assets use a single-run backfill policy),
+3. the unpartitioned assets downstream of them (leaderboards, the published copy).
+Each phase is one Dagster run, visible in the UI like any other.
+"""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import dagster as dg
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+
+
+@dataclass
+class PhaseResult:
+    name: str
+    assets: int
+    partitions: int
+    seconds: float
+    run_id: str
+
+
+def plan_phases(graph) -> tuple[list[dg.AssetKey], list[dg.AssetKey], list[dg.AssetKey]]:
+    """Split the materializable assets into (before, partitioned, after) the model partitions."""
+    keys = set(graph.materializable_asset_keys)
+    partitioned = {key for key in keys if graph.get(key).partitions_def is not None}
+    after = set(dg.AssetSelection.assets(*partitioned).downstream().resolve(graph)) - partitioned if partitioned \
+        else set()
+    before = keys - partitioned - after
+    order = lambda ks: sorted(ks, key=lambda k: k.to_user_string())  # noqa: E731
+    return order(before), order(partitioned), order(after & keys)
+
+
+def run_graph(
+    instance: dg.DagsterInstance,
+    resources: dict | None = None,
+    log: Callable[[str], None] = print,
+    tags: dict | None = None,
+) -> list[PhaseResult]:
+    from usl_assets.definitions import defs
+    from usl_assets.responses.assets import register_public_models
+
+    if resources is not None:
+        defs = dg.Definitions.merge(defs, dg.Definitions(resources=resources))
+    job = defs.resolve_implicit_global_asset_job_def()
+    before, partitioned, after = plan_phases(defs.resolve_asset_graph())
+    data_root = (resources or defs.resources)["data_dir"].root()
+    results = [_execute(job, instance, "upstream of the model partitions", before, {}, tags, log)]
+    partition_keys = register_public_models(instance, data_root)
+    log(f"registered {len(partition_keys)} model partitions")
+    range_tags = {ASSET_PARTITION_RANGE_START_TAG: partition_keys[0], ASSET_PARTITION_RANGE_END_TAG: partition_keys[-1]}
+    results.append(_execute(job, instance, "model partitions", partitioned, range_tags, tags, log,
+                            partitions=len(partition_keys)))
+    if after:
+        results.append(_execute(job, instance, "leaderboards", after, {}, tags, log))
+    return results
+
+
+def _execute(job, instance, name, keys, extra_tags, tags, log, partitions=0) -> PhaseResult:
+    log(f"▶ {name}: {len(keys)} assets" + (f" × {partitions} partitions" if partitions else ""))
+    started = time.perf_counter()
+    result = job.execute_in_process(
+        instance=instance, asset_selection=keys, tags={**(tags or {}), **extra_tags}, raise_on_error=False
+    )
+    seconds = time.perf_counter() - started
+    if not result.success:
+        failed = [event.step_key for event in result.all_events if event.is_step_failure]
+        raise RuntimeError(f"{name} failed in step(s) {', '.join(failed) or '?'} (run {result.run_id}); "
+                           f"see `dagster dev` → Runs for the logs")
+    log(f"✔ {name}: {seconds:,.0f} s (run {result.run_id})")
+    return PhaseResult(name, len(keys), partitions, seconds, result.run_id)

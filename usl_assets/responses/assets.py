@@ -1,0 +1,232 @@
+"""Dagster wiring of the responses stage: the pools' prompts, the scoring sample, one partition per model, the
+inbox sensor. The logic lives in pools.py and inbox.py."""
+
+from pathlib import Path
+
+import dagster as dg
+
+from usl_assets.resources import WAREHOUSE_POOL, DataDir, UslHome, Warehouse
+from usl_assets.responses import inbox, pools
+
+GROUP = "responses"
+
+# One partition per (pool, model): key `<pool>:<model>` (pools.partition_key).
+model_partitions = dg.DynamicPartitionsDefinition(name="models")
+
+
+@dg.asset(
+    group_name=GROUP,
+    pool=WAREHOUSE_POOL,
+    deps=[dg.AssetKey("scenario_tagger")],
+    description="Every prompt of both pools (AlpacaEval instructions, MT-Bench first turns) with its "
+    "category and the scenario tagger's scenario → responses.prompts",
+)
+def pool_prompts(
+    context: dg.AssetExecutionContext, data_dir: DataDir, usl_home: UslHome, warehouse: Warehouse
+) -> dg.MaterializeResult:
+    prompts = pools.pool_prompts(data_dir.root())
+    context.log.info(f"tagging {len(prompts)} prompts with the scenario tagger")
+    tagged = pools.tag_prompts(prompts, pools.load_scenario_tagger(usl_home.root()))
+    warehouse.replace_table(pools.PROMPTS_TABLE, tagged, "The pools' prompts with their tagged scenario")
+    per_pool = tagged.groupby("pool").size()
+    return dg.MaterializeResult(
+        metadata={
+            **warehouse.table_metadata(pools.PROMPTS_TABLE),
+            **{f"prompts_{pool}": dg.MetadataValue.int(int(n)) for pool, n in per_pool.items()},
+            "scenarios": dg.MetadataValue.int(int(tagged["scenario"].nunique())),
+            "mean_tagger_confidence": dg.MetadataValue.float(float(tagged["tagger_confidence"].mean())),
+            "prompts_per_group": dg.MetadataValue.md(
+                tagged.groupby(["pool", "scenario_group"]).size().rename("prompts").reset_index().to_markdown(
+                    index=False
+                )
+            ),
+        }
+    )
+
+
+class PromptSampleConfig(dg.Config):
+    per_scenario: int = 16  # prompts drawn per (pool, scenario) for scoring
+    full_pool: bool = False  # true: every prompt is sampled
+    seed: int = 0
+
+
+@dg.asset(
+    group_name=GROUP,
+    pool=WAREHOUSE_POOL,
+    deps=[pool_prompts],
+    description="Which prompts are scored: a seeded sample stratified by (pool, scenario), or the full pool "
+    "→ responses.prompt_sample",
+)
+def prompt_sample(
+    context: dg.AssetExecutionContext, config: PromptSampleConfig, warehouse: Warehouse
+) -> dg.MaterializeResult:
+    rule = pools.SampleRule(per_scenario=config.per_scenario, full_pool=config.full_pool, seed=config.seed)
+    sample = pools.stratified_sample(warehouse.read_table(pools.PROMPTS_TABLE), rule)
+    warehouse.replace_table(pools.SAMPLE_TABLE, sample, f"Prompts scored: {rule.describe()}")
+    sampled = sample[sample["sampled"]].groupby("pool").size()
+    context.log.info(f"{rule.describe()}: {int(sample['sampled'].sum())} of {len(sample)} prompts sampled")
+    return dg.MaterializeResult(
+        metadata={
+            **warehouse.table_metadata(pools.SAMPLE_TABLE),
+            "sample_rule": dg.MetadataValue.text(rule.describe()),
+            **{f"sampled_{pool}": dg.MetadataValue.int(int(n)) for pool, n in sampled.items()},
+        }
+    )
+
+
+@dg.asset(
+    group_name=GROUP,
+    pool=WAREHOUSE_POOL,
+    deps=[pool_prompts],
+    partitions_def=model_partitions,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    description="One model's answers to its pool's prompts (partition `<pool>:<model>`) → responses.responses; "
+    "bad rows → quality.response_quarantine",
+)
+def model_responses(
+    context: dg.AssetExecutionContext, data_dir: DataDir, usl_home: UslHome, warehouse: Warehouse
+) -> dg.MaterializeResult:
+    if not warehouse.table_exists(pools.PROMPTS_TABLE):
+        raise dg.Failure(f"{pools.PROMPTS_TABLE} is missing: materialize pool_prompts first")
+    prompts = warehouse.read_table(pools.PROMPTS_TABLE)
+    loaded = []
+    # Every file is read and checked before anything is written.
+    for key in context.partition_keys:
+        pool, model = pools.split_partition_key(key)
+        path = pools.model_file(data_dir.root(), usl_home.root(), pool, model)
+        try:
+            loaded.append(pools.load_model_responses(pool, model, path, prompts))
+        except pools.ResponseFileError as error:
+            raise dg.Failure(f"partition {key}: {error}; nothing was written") from error
+        context.log.info(f"{key}: {len(loaded[-1].responses)} responses, {len(loaded[-1].quarantine)} quarantined")
+    pools.replace_model_rows(warehouse, loaded)
+    quarantined = sum(len(item.quarantine) for item in loaded)
+    return dg.MaterializeResult(
+        metadata={
+            **warehouse.table_metadata(pools.RESPONSES_TABLE),
+            "partitions_loaded": dg.MetadataValue.int(len(loaded)),
+            "responses_loaded": dg.MetadataValue.int(sum(len(item.responses) for item in loaded)),
+            "rows_quarantined": dg.MetadataValue.int(quarantined),
+            "quarantine": dg.MetadataValue.md(_quarantine_summary(loaded)),
+            "source_files": dg.MetadataValue.md("\n".join(f"- `{item.source}`" for item in loaded)),
+        }
+    )
+
+
+def _quarantine_summary(loaded: list[pools.ModelResponses]) -> str:
+    lines = ["| partition | rule | rows |", "|---|---|---|"]
+    for item in loaded:
+        for rule, n in item.quarantine.groupby("rule").size().items():
+            lines.append(f"| {pools.partition_key(item.pool, item.model)} | {rule} | {n} |")
+    return "\n".join(lines) if len(lines) > 2 else "nothing quarantined"
+
+
+@dg.asset_check(asset=pool_prompts, blocking=True, description="prompt ids unique per pool; every prompt tagged")
+def prompts_unique_and_tagged(warehouse: Warehouse) -> dg.AssetCheckResult:
+    found = warehouse.query(
+        "SELECT count(*) - count(DISTINCT (pool, prompt_id)) AS duplicates, "
+        "count(*) FILTER (WHERE scenario IS NULL OR scenario_group IS NULL) AS untagged FROM responses.prompts"
+    ).iloc[0]
+    return dg.AssetCheckResult(
+        passed=bool(found["duplicates"] == 0 and found["untagged"] == 0),
+        metadata={"duplicates": int(found["duplicates"]), "untagged": int(found["untagged"])},
+    )
+
+
+@dg.asset_check(
+    asset=prompt_sample, blocking=True,
+    description="every prompt listed once, and every (pool, scenario) has at least one sampled prompt",
+)
+def sample_covers_every_scenario(warehouse: Warehouse) -> dg.AssetCheckResult:
+    found = pools.sample_gaps(warehouse)
+    return dg.AssetCheckResult(passed=bool(sum(found.values()) == 0), metadata=found)
+
+
+@dg.asset_check(asset=model_responses, blocking=True, description="one response per (pool, prompt_id, model)")
+def responses_unique_per_prompt_and_model(warehouse: Warehouse) -> dg.AssetCheckResult:
+    duplicates = pools.duplicate_responses(warehouse)
+    return dg.AssetCheckResult(
+        passed=duplicates.empty,
+        metadata={"duplicate_keys": len(duplicates), "examples": dg.MetadataValue.md(duplicates.to_markdown())},
+    )
+
+
+@dg.asset_check(
+    asset=model_responses, blocking=True, description="every prompt of the pool is answered or quarantined"
+)
+def every_prompt_answered_or_quarantined(warehouse: Warehouse) -> dg.AssetCheckResult:
+    missing = pools.unaccounted_prompts(warehouse)
+    return dg.AssetCheckResult(
+        passed=missing.empty,
+        metadata={"models_with_gaps": len(missing), "gaps": dg.MetadataValue.md(missing.head(20).to_markdown())},
+    )
+
+
+def register_public_models(instance: dg.DagsterInstance, data_root: Path) -> list[str]:
+    """Adds a `models` partition for every public model file; returns all their keys."""
+    keys = pools.public_partition_keys(Path(data_root))
+    existing = set(instance.get_dynamic_partitions(model_partitions.name))
+    new = [key for key in keys if key not in existing]
+    if new:
+        instance.add_dynamic_partitions(model_partitions.name, new)
+    return keys
+
+
+def partition_run_selection(asset_graph) -> list[dg.AssetKey]:
+    """model_responses and every asset downstream of it partitioned by model (e.g. scoring's response_rewards):
+    what a new model's run materializes. Unpartitioned leaderboards follow on their own schedule."""
+    if asset_graph is None:
+        return [model_responses.key]
+    downstream = dg.AssetSelection.assets(model_responses).downstream().resolve(asset_graph)
+    keys = [key for key in downstream if asset_graph.get(key).partitions_def == model_partitions]
+    return sorted(set(keys) | {model_responses.key}, key=lambda k: k.to_user_string())
+
+
+@dg.sensor(
+    name="model_inbox_sensor",
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    target=dg.AssetSelection.assets(model_responses).downstream(),
+    description="A file in $USL_HOME/inbox/<pool>/ → validated, stored under accepted/, a new `models` partition "
+    "and a run of that partition only; bad files → inbox/quarantine/ with a .reason.txt",
+)
+def model_inbox_sensor(context: dg.SensorEvaluationContext, usl_home: UslHome, data_dir: DataDir):
+    outcome = inbox.process_inbox(usl_home.root(), data_dir.root())
+    for path, reason in outcome.quarantined:
+        context.log.warning(f"quarantined {path.name}: {reason}")
+    existing = set(context.instance.get_dynamic_partitions(model_partitions.name))
+    selection = partition_run_selection(context.repository_def.asset_graph if context.repository_def else None)
+    new_keys, run_requests = [], []
+    for validated, stored in outcome.accepted:
+        key = validated.partition_key
+        context.log.info(f"accepted {validated.path.name} as {key} ({validated.usable} usable rows) → {stored}")
+        if key not in existing and key not in new_keys:
+            new_keys.append(key)
+        run_requests.append(
+            dg.RunRequest(
+                run_key=f"add-model:{key}:{validated.sha256[:16]}",
+                partition_key=key,
+                asset_selection=selection,
+                tags={"usl/added_model": key, "usl/file_sha256": validated.sha256},
+            )
+        )
+    # A file accepted by a tick that failed before its partition was added: finish its registration now.
+    for key, sha256 in inbox.accepted_without_partition(usl_home.root(), existing | set(new_keys)):
+        new_keys.append(key)
+        run_requests.append(dg.RunRequest(run_key=f"add-model:{key}:{sha256[:16]}", partition_key=key,
+                                          asset_selection=selection, tags={"usl/added_model": key}))
+    if not run_requests:
+        reason = f"inbox empty ({len(outcome.quarantined)} file(s) quarantined)" if outcome.quarantined else None
+        return dg.SensorResult(skip_reason=reason or "inbox empty")
+    return dg.SensorResult(
+        run_requests=run_requests,
+        dynamic_partitions_requests=[model_partitions.build_add_request(new_keys)] if new_keys else [],
+    )
+
+
+defs = dg.Definitions(
+    assets=[pool_prompts, prompt_sample, model_responses],
+    asset_checks=[prompts_unique_and_tagged, sample_covers_every_scenario, responses_unique_per_prompt_and_model,
+                  every_prompt_answered_or_quarantined],
+    sensors=[model_inbox_sensor],
+)

@@ -1,0 +1,85 @@
+"""`usl add-model`: the inbox sensor's validation and registration without the daemon, then the model's partition
+materialized in process on the Dagster instance (DAGSTER_HOME)."""
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import dagster as dg
+
+from usl_assets.resources import DataDir, UslHome, Warehouse
+from usl_assets.responses import inbox, pools
+from usl_assets.responses.assets import model_partitions, model_responses, partition_run_selection
+from usl_assets.settings import UslConfigError
+
+
+def add_parsers(subparsers: argparse._SubParsersAction) -> None:
+    add = subparsers.add_parser(
+        "add-model",
+        help="add a model's answers (AlpacaEval model_outputs.json or MT-Bench model_answer JSONL) to a pool",
+    )
+    add.add_argument("--pool", required=True, help=f"the pool the file answers: {' or '.join(pools.POOLS)}")
+    add.add_argument("file", type=Path, help="the model's file (.json / .json.gz for alpaca_eval, .jsonl for mt_bench)")
+    add.add_argument("--model", default=None, help="the model's name (default: the file name, or its generator)")
+    add.add_argument(
+        "--responses-only", action="store_true",
+        help="load the responses only, not the model's downstream partitions (e.g. its CRM rewards)",
+    )
+    add.set_defaults(handler=add_model)
+
+
+def dagster_instance() -> dg.DagsterInstance:
+    home = os.environ.get("DAGSTER_HOME", "")
+    if not home or not Path(home).is_dir():
+        raise UslConfigError(
+            f"DAGSTER_HOME={home or '(unset)'} is not a folder: set it to the Dagster instance folder "
+            "(the Makefile uses $USL_HOME/dagster; `make dagster-home` creates it)"
+        )
+    return dg.DagsterInstance.get()
+
+
+def add_model(args: argparse.Namespace) -> int:
+    pool = pools.check_pool(args.pool)
+    data_root, home_root = DataDir().root(), UslHome().root()
+    started = time.perf_counter()
+    try:
+        validated = inbox.validate_model_file(pool, args.file.expanduser().resolve(), data_root, args.model)
+    except pools.ResponseFileError as error:
+        raise UslConfigError(f"{args.file} was not added: {error}") from error
+    with dagster_instance() as instance:
+        stored = inbox.store_accepted(validated, home_root, keep_source=True)
+        key = validated.partition_key
+        print(f"validated {args.file}: model {validated.model}, {validated.records} records, "
+              f"{validated.usable} usable; stored as {stored}")
+        if key not in instance.get_dynamic_partitions(model_partitions.name):
+            instance.add_dynamic_partitions(model_partitions.name, [key])
+            print(f"added partition {key}")
+        result = materialize_partition(instance, key, responses_only=args.responses_only)
+    summary = pools.partition_summary(Warehouse(), pool, validated.model)
+    print(f"run {result.run_id}: materialized {', '.join(k.to_user_string() for k in result_keys(result))} "
+          f"for {key} in {time.perf_counter() - started:.1f}s")
+    print(f"{summary['responses']} responses loaded (mean {summary['mean_chars']:.0f} chars); quarantined: "
+          + (", ".join(f"{rule} {n}" for rule, n in summary["quarantined"].items()) or "none"))
+    return 0
+
+
+def materialize_partition(instance: dg.DagsterInstance, key: str, responses_only: bool = False):
+    """Runs model_responses (and, unless responses_only, its model-partitioned downstream assets) for one key."""
+    from usl_assets.definitions import defs  # the whole code location, loaded only when a run is asked for
+
+    selection = [model_responses.key] if responses_only else partition_run_selection(defs.resolve_asset_graph())
+    job = defs.resolve_implicit_global_asset_job_def()
+    result = job.execute_in_process(
+        instance=instance, partition_key=key, asset_selection=selection, raise_on_error=False,
+        tags={"usl/added_model": key},
+    )
+    if not result.success:
+        failure = next((e for e in result.all_events if e.is_step_failure), None)
+        detail = failure.event_specific_data.error.message.strip().splitlines()[0] if failure else "see the run's log"
+        raise UslConfigError(f"run {result.run_id} for {key} failed: {detail}")
+    return result
+
+
+def result_keys(result) -> list[dg.AssetKey]:
+    return sorted({e.asset_key for e in result.get_asset_materialization_events()}, key=lambda k: k.to_user_string())

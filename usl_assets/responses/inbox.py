@@ -1,0 +1,168 @@
+"""New models arriving as files: validation, acceptance and quarantine (used by the sensor and `usl add-model`).
+
+A file dropped in `$USL_HOME/inbox/<pool>/` is validated as a whole. A good one is copied (atomically) to
+`$USL_HOME/accepted/<pool>/<model>.<ext>` and removed from the inbox; a bad one is moved to
+`$USL_HOME/inbox/quarantine/` next to a `<name>.reason.txt`. Nothing is half-loaded: rows are read into the
+warehouse only by the `model_responses` partition, from the accepted file.
+"""
+
+import hashlib
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from usl_assets.responses import pools
+from usl_assets.responses.pools import ResponseFileError
+from usl_assets.settings import UslConfigError
+
+QUARANTINE_FOLDER = "quarantine"
+# Files still being written: write to one of these names, then rename (an atomic move).
+IN_PROGRESS_SUFFIXES = (".tmp", ".partial", ".part", ".reason.txt")
+
+
+@dataclass(frozen=True)
+class ValidatedFile:
+    pool: str
+    model: str
+    path: Path
+    sha256: str
+    records: int
+    usable: int  # rows that answer one of the pool's prompts with text
+
+    @property
+    def partition_key(self) -> str:
+        return pools.partition_key(self.pool, self.model)
+
+    @property
+    def suffix(self) -> str:
+        return ".json.gz" if self.path.name.endswith(".gz") else self.path.suffix
+
+
+@dataclass
+class InboxOutcome:
+    accepted: list[tuple[ValidatedFile, Path]] = field(default_factory=list)  # (file, where it is stored now)
+    quarantined: list[tuple[Path, str]] = field(default_factory=list)  # (where it is now, reason)
+
+
+def validate_model_file(pool: str, path: Path, data_root: Path, model: str | None = None) -> ValidatedFile:
+    """Checks a whole file before anything is stored; ResponseFileError says in one line what is wrong."""
+    pools.check_pool(pool)
+    suffixes = pools.MT_BENCH_SUFFIXES if pool == "mt_bench" else pools.ALPACA_SUFFIXES
+    if not path.is_file():
+        raise ResponseFileError(f"{path} is not a file")
+    if not path.name.endswith(suffixes):
+        raise ResponseFileError(f"{path.name}: a {pool} file ends with {' or '.join(suffixes)}")
+    records = pools.read_model_records(pool, path)
+    if not records:
+        raise ResponseFileError(f"{path.name}: holds no records")
+    name = pools.check_model_name(model or _model_name(pool, path, records))
+    usable = _usable_rows(pool, records, data_root)
+    if usable == 0:
+        raise ResponseFileError(f"{path.name}: no record answers one of the {pool} prompts with text")
+    return ValidatedFile(pool, name, path, _sha256(path), len(records), usable)
+
+
+def _model_name(pool: str, path: Path, records: list) -> str:
+    stem = pools.model_name_of_file(path)
+    if stem not in pools.GENERIC_STEMS:
+        return stem
+    field_name = "model_id" if pool == "mt_bench" else "generator"
+    names = {r.get(field_name) for r in records if isinstance(r, dict)}
+    if len(names) != 1 or not isinstance(next(iter(names)), str):
+        raise ResponseFileError(
+            f"{path.name}: the file name does not name the model and its {field_name} fields hold "
+            f"{len(names)} different values; rename the file <model>{path.suffix} or pass --model"
+        )
+    return next(iter(names))
+
+
+def _usable_rows(pool: str, records: list, data_root: Path) -> int:
+    if pool == "mt_bench":
+        known = set(pools.mt_bench_prompts(data_root)["prompt_id"])
+        return sum(1 for r in records if isinstance(r, dict) and str(r.get("question_id")) in known
+                   and _first_turn_is_text(r))
+    known = set(pools.alpaca_prompts(data_root)["prompt"])
+    return sum(1 for r in records if isinstance(r, dict) and r.get("instruction") in known
+               and isinstance(r.get("output"), str) and r["output"].strip())
+
+
+def _first_turn_is_text(record: dict) -> bool:
+    try:
+        first = record["choices"][0]["turns"][0]
+    except (KeyError, IndexError, TypeError):
+        return False
+    return isinstance(first, str) and bool(first.strip())
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def store_accepted(validated: ValidatedFile, usl_home_root: Path, keep_source: bool = False) -> Path:
+    """Copies the file to accepted/<pool>/<model><ext> (replacing an earlier one of that model, and any copy in
+    the other format), atomically; removes the inbox file unless keep_source."""
+    folder = pools.accepted_dir(usl_home_root, validated.pool)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{validated.model}{validated.suffix}"
+    partial = folder / f".{target.name}.partial"
+    shutil.copyfile(validated.path, partial)
+    older = pools.accepted_model_files(usl_home_root, validated.pool).get(validated.model)
+    if older is not None and older != target:
+        older.unlink()
+    partial.replace(target)
+    if not keep_source:
+        validated.path.unlink()
+    return target
+
+
+def quarantine_file(path: Path, usl_home_root: Path, reason: str) -> Path:
+    folder = usl_home_root / "inbox" / QUARANTINE_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / path.name
+    if target.exists():
+        target = folder / f"{int(time.time())}-{path.name}"
+    shutil.move(path, target)
+    target.with_name(target.name + ".reason.txt").write_text(reason + "\n", encoding="utf-8")
+    return target
+
+
+def pending_files(usl_home_root: Path) -> list[tuple[str, Path]]:
+    """(pool folder name, file) for every finished file in the inbox, oldest first."""
+    inbox = usl_home_root / "inbox"
+    if not inbox.is_dir():
+        return []
+    found = []
+    for folder in sorted(p for p in inbox.iterdir() if p.is_dir() and p.name != QUARANTINE_FOLDER):
+        for path in folder.iterdir():
+            if path.is_file() and not path.name.startswith(".") and not path.name.endswith(IN_PROGRESS_SUFFIXES):
+                found.append((folder.name, path))
+    return sorted(found, key=lambda item: (item[1].stat().st_mtime, str(item[1])))
+
+
+def process_inbox(usl_home_root: Path, data_root: Path) -> InboxOutcome:
+    """Validates every pending file: accepted ones are stored, the others quarantined with their reason."""
+    outcome = InboxOutcome()
+    for pool, path in pending_files(usl_home_root):
+        try:
+            validated = validate_model_file(pool, path, data_root)
+        except (ResponseFileError, UslConfigError) as error:
+            outcome.quarantined.append((quarantine_file(path, usl_home_root, str(error)), str(error)))
+            continue
+        outcome.accepted.append((validated, store_accepted(validated, usl_home_root)))
+    return outcome
+
+
+def accepted_without_partition(usl_home_root: Path, existing_keys: set[str]) -> list[tuple[str, str]]:
+    """(partition key, sha256) of accepted files whose model has no partition yet."""
+    found = []
+    for pool in pools.POOLS:
+        for model, path in pools.accepted_model_files(usl_home_root, pool).items():
+            key = pools.partition_key(pool, model)
+            if key not in existing_keys:
+                found.append((key, _sha256(path)))
+    return found

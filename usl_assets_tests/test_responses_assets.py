@@ -1,0 +1,202 @@
+import gzip
+import json
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from usl_assets import cli
+from usl_assets.responses import pools
+from usl_assets.responses.assets import (
+    defs as responses_defs,
+    every_prompt_answered_or_quarantined,
+    model_inbox_sensor,
+    model_partitions,
+    model_responses,
+    pool_prompts,
+    prompt_sample,
+    prompts_unique_and_tagged,
+    register_public_models,
+    responses_unique_per_prompt_and_model,
+    sample_covers_every_scenario,
+)
+from usl_assets.resources import Warehouse
+from usl_assets_tests.test_responses_tagger import TfidfScenarioTagger
+
+RESPONSE_CHECKS = [responses_unique_per_prompt_and_model, every_prompt_answered_or_quarantined]
+
+
+@pytest.fixture(scope="module")
+def tagger(shared_data_dir):
+    return TfidfScenarioTagger(shared_data_dir)
+
+
+@pytest.fixture
+def env(usl_env, tagger, monkeypatch) -> dict:
+    """usl_env whose scenario tagger is the small TF-IDF one, with responses.prompts materialized."""
+    monkeypatch.setattr(pools, "load_scenario_tagger", lambda usl_home_root: tagger)
+    result = dg.materialize(
+        [pool_prompts, prompt_sample, prompts_unique_and_tagged, sample_covers_every_scenario], resources=usl_env,
+        run_config={"ops": {"prompt_sample": {"config": {"per_scenario": 2, "seed": 3}}}},
+    )
+    assert result.success
+    assert len(result.get_asset_check_evaluations()) == 2
+    assert all(check.passed for check in result.get_asset_check_evaluations())
+    return usl_env
+
+
+def alpaca_records(data_root: Path, model: str) -> list[dict]:
+    return json.loads(gzip.open(pools.public_model_files(data_root, "alpaca_eval")[model]).read())
+
+
+def test_prompts_and_sample_tables_follow_the_contract(env):
+    warehouse: Warehouse = env["warehouse"]
+    prompts = warehouse.read_table("responses.prompts")
+    assert {"pool", "prompt_id", "prompt", "category", "scenario", "scenario_group"} <= set(prompts.columns)
+    assert prompts.groupby("pool").size().to_dict() == {"alpaca_eval": 805, "mt_bench": 80}
+    sample = warehouse.read_table("responses.prompt_sample")
+    assert list(sample.columns) == ["pool", "prompt_id", "scenario", "sampled", "sample_rule"]
+    assert sample[sample["sampled"]].groupby(["pool", "scenario"]).size().max() == 2
+    assert sample["sample_rule"].iloc[0] == "stratified: up to 2 prompts per (pool, scenario), seed 3"
+    assert pools.sample_gaps(warehouse) == {"prompts_not_listed": 0, "listed_twice": 0, "strata_without_sample": 0}
+    warehouse.replace_table("responses.prompt_sample", sample[sample["prompt_id"] != sample["prompt_id"].iloc[0]])
+    assert pools.sample_gaps(warehouse)["prompts_not_listed"] == 1
+
+
+def test_model_partitions_load_in_one_run_and_replace_only_their_rows(env, shared_data_dir):
+    instance = dg.DagsterInstance.ephemeral()
+    keys = register_public_models(instance, shared_data_dir)
+    assert len(keys) == 59 and set(instance.get_dynamic_partitions("models")) == set(keys)
+    assert register_public_models(instance, shared_data_dir) == keys  # idempotent
+    # A single run over a range of partitions (BackfillPolicy.single_run): gemma-2b-it and gemma-7b-it.
+    result = dg.materialize(
+        [model_responses, *RESPONSE_CHECKS], resources=env, instance=instance,
+        tags={"dagster/asset_partition_range_start": "alpaca_eval:gemma-2b-it",
+              "dagster/asset_partition_range_end": "alpaca_eval:gemma-7b-it"},
+    )
+    assert result.success and all(c.passed for c in result.get_asset_check_evaluations())
+    warehouse: Warehouse = env["warehouse"]
+    counts = warehouse.query("SELECT model, count(*) AS n FROM responses.responses GROUP BY model ORDER BY model")
+    assert counts.values.tolist() == [["gemma-2b-it", 783], ["gemma-7b-it", 805]]
+    assert warehouse.query("SELECT count(*) AS n FROM quality.response_quarantine")["n"].item() == 22
+
+    again = dg.materialize([model_responses, *RESPONSE_CHECKS], resources=env, instance=instance,
+                           partition_key="mt_bench:llama-13b")
+    assert again.success and all(c.passed for c in again.get_asset_check_evaluations())
+    assert warehouse.query("SELECT count(*) AS n FROM responses.responses")["n"].item() == 783 + 805 + 79
+    dg.materialize([model_responses], resources=env, instance=instance, partition_key="mt_bench:llama-13b")
+    assert warehouse.query("SELECT count(*) AS n FROM responses.responses")["n"].item() == 783 + 805 + 79
+    row = warehouse.query("SELECT * FROM responses.responses WHERE model = 'llama-13b' AND prompt_id = '81'")
+    assert row["scenario"].notna().all() and len(row["conversation"].item()) == 4
+    # The checks' queries see a lost quarantine row and a doubled response.
+    with warehouse.connect() as conn:
+        conn.execute("DELETE FROM quality.response_quarantine WHERE model = 'gemma-2b-it' AND prompt_id = "
+                     "(SELECT min(prompt_id) FROM quality.response_quarantine WHERE model = 'gemma-2b-it')")
+        conn.execute("INSERT INTO responses.responses SELECT * FROM responses.responses WHERE model = 'llama-13b' "
+                     "AND prompt_id = '81'")
+    assert pools.unaccounted_prompts(warehouse).values.tolist() == [["alpaca_eval", "gemma-2b-it", 1]]
+    assert pools.duplicate_responses(warehouse).values.tolist() == [["mt_bench", "81", "llama-13b", 2]]
+
+
+def test_a_file_that_does_not_parse_fails_the_partition_before_anything_is_written(env):
+    instance = dg.DagsterInstance.ephemeral()
+    home = Path(env["usl_home"].path)
+    accepted = pools.accepted_dir(home, "alpaca_eval")
+    accepted.mkdir(parents=True)
+    (accepted / "half-written.json").write_text('[{"instruction": "x", "output": ')
+    instance.add_dynamic_partitions("models", ["alpaca_eval:half-written", "alpaca_eval:gemma-7b-it"])
+    result = dg.materialize(
+        [model_responses], resources=env, instance=instance, raise_on_error=False,
+        tags={"dagster/asset_partition_range_start": "alpaca_eval:half-written",
+              "dagster/asset_partition_range_end": "alpaca_eval:gemma-7b-it"},
+    )
+    assert not result.success
+    assert not env["warehouse"].table_exists("responses.responses")
+
+
+def drop_in_inbox(home: Path, pool: str, name: str, content: str) -> Path:
+    folder = home / "inbox" / pool
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(content)
+    return folder / name
+
+
+def test_inbox_sensor_adds_one_partition_and_runs_only_it(env, shared_data_dir):
+    home = Path(env["usl_home"].path)
+    instance = dg.DagsterInstance.ephemeral()
+    register_public_models(instance, shared_data_dir)
+    records = [dict(r, generator="my-new-model") for r in alpaca_records(shared_data_dir, "vicuna-13b")[:40]]
+    drop_in_inbox(home, "alpaca_eval", "model_outputs.json", json.dumps(records))
+    definitions = dg.Definitions.merge(responses_defs, dg.Definitions(resources=env))
+    context = dg.build_sensor_context(instance=instance, definitions=definitions, resources=env)
+
+    result = model_inbox_sensor(context)
+
+    assert [r.partition_keys for r in result.dynamic_partitions_requests] == [["alpaca_eval:my-new-model"]]
+    assert [(r.partition_key, r.asset_selection) for r in result.run_requests] == [
+        ("alpaca_eval:my-new-model", [model_responses.key])]
+    assert (home / "accepted" / "alpaca_eval" / "my-new-model.json").is_file()
+    assert not any((home / "inbox" / "alpaca_eval").iterdir())
+    # The run the sensor asks for loads that model: 40 answers, the other 765 prompts quarantined as missing.
+    instance.add_dynamic_partitions("models", ["alpaca_eval:my-new-model"])
+    run = dg.materialize([model_responses, *RESPONSE_CHECKS], resources=env, instance=instance,
+                         partition_key=result.run_requests[0].partition_key)
+    assert run.success and all(c.passed for c in run.get_asset_check_evaluations())
+    assert pools.partition_summary(env["warehouse"], "alpaca_eval", "my-new-model") == {
+        "responses": 40, "mean_chars": pytest.approx(sum(len(r["output"]) for r in records) / 40),
+        "quarantined": {"missing_response": 765}}
+    # Nothing left to do on the next tick.
+    assert model_inbox_sensor(dg.build_sensor_context(instance=instance, resources=env)).run_requests == []
+
+
+def test_inbox_sensor_quarantines_bad_files_with_a_reason_and_requests_nothing(env):
+    home = Path(env["usl_home"].path)
+    instance = dg.DagsterInstance.ephemeral()
+    drop_in_inbox(home, "alpaca_eval", "broken-model.json", '[{"instruction": "Hi", "output": "x"')
+    drop_in_inbox(home, "chatbot_arena", "gpt-5.json", "[]")
+    drop_in_inbox(home, "mt_bench", "still-writing.jsonl.partial", "{")
+
+    result = model_inbox_sensor(dg.build_sensor_context(instance=instance, resources=env))
+
+    assert result.run_requests == [] and result.dynamic_partitions_requests == []
+    quarantine = home / "inbox" / "quarantine"
+    assert "not valid JSON" in (quarantine / "broken-model.json.reason.txt").read_text()
+    assert "unknown pool 'chatbot_arena'" in (quarantine / "gpt-5.json.reason.txt").read_text()
+    assert (home / "inbox" / "mt_bench" / "still-writing.jsonl.partial").exists()
+    assert instance.get_dynamic_partitions("models") == []
+    assert not (home / "accepted").exists()
+
+
+def test_usl_add_model_loads_one_partition_and_bad_input_gets_one_line(env, shared_data_dir, tmp_path,
+                                                                        monkeypatch, capsys):
+    dagster_home = tmp_path / "dagster_home"
+    dagster_home.mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
+    answers = [json.loads(line) for line in
+               pools.public_model_files(shared_data_dir, "mt_bench")["koala-13b"].read_text().splitlines()]
+    new_file = tmp_path / "koala-13b-rerun.jsonl"
+    new_file.write_text("\n".join(json.dumps(a) for a in answers[:30]) + "\n")
+
+    assert cli.main(["add-model", "--pool", "mt_bench", str(new_file), "--responses-only"]) == 0
+
+    out = capsys.readouterr().out
+    assert "added partition mt_bench:koala-13b-rerun" in out and "30 responses loaded" in out
+    with dg.DagsterInstance.get() as instance:
+        assert instance.get_dynamic_partitions("models") == ["mt_bench:koala-13b-rerun"]
+        assert instance.get_latest_materialization_event(model_responses.key) is not None
+    assert new_file.exists()  # the user's file is copied, not moved
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question_id": 81,\n')
+    assert cli.main(["add-model", "--pool", "mt_bench", str(bad)]) == 2
+    assert cli.main(["add-model", "--pool", "arena", str(new_file)]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 2
+    assert "bad.jsonl was not added" in errors[0] and "line 1 is not valid JSON" in errors[0]
+    assert errors[1] == "usl: error: unknown pool 'arena': choose one of alpaca_eval, mt_bench"
+
+
+def test_the_partitions_definition_is_the_shared_models_one():
+    assert model_partitions.name == "models"
+    assert model_responses.partitions_def == model_partitions
+    assert isinstance(model_responses.backfill_policy, dg.BackfillPolicy)
