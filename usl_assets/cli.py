@@ -9,6 +9,9 @@ from usl_assets.settings import UslConfigError
 
 COMMAND_MODULES = [
     "usl_assets.commands",
+    "usl_assets.crm.commands",
+    "usl_assets.leaderboards.commands",
+    "usl_assets.responses.commands",
 ]
 
 

@@ -1,0 +1,250 @@
+"""Dagster wiring of the leaderboards stage (group `leaderboards`): SQL models, rankings, validity, the published
+copy, the job and its nightly schedule. The logic lives in sql_models.py, ranking.py and validity.py."""
+
+import time
+
+import dagster as dg
+import duckdb
+import pandas as pd
+from pydantic import Field
+
+from usl_assets.leaderboards import ranking, validity
+from usl_assets.leaderboards.sql_models import GROUP, build_sql_models
+from usl_assets.resources import WAREHOUSE_POOL, DataDir, Warehouse
+
+sql_assets, sql_checks = build_sql_models()
+
+
+def require_tables(warehouse: Warehouse, *tables: str) -> None:
+    missing = [table for table in tables if not warehouse.table_exists(table)]
+    if missing:
+        raise dg.Failure(f"{', '.join(missing)} not in the warehouse yet: materialize the upstream assets first")
+
+
+def markdown(frame: pd.DataFrame, digits: int = 3) -> dg.MetadataValue:
+    return dg.MetadataValue.md(frame.round(digits).to_markdown(index=False) if len(frame) else "_(no rows)_")
+
+
+class ReferenceModelsConfig(dg.Config):
+    reference_models: dict[str, str] = Field(
+        default=ranking.DEFAULT_REFERENCE_MODELS,
+        description="pool → the model every response is compared with for the USL score "
+                    "(AlpacaEval 2 uses gpt4_1106_preview; MT-Bench's reference answers are gpt-4's)",
+    )
+
+
+@dg.asset(group_name=GROUP, deps=["model_responses"], pool=WAREHOUSE_POOL, kinds={"duckdb"},
+          description="leaderboard.reference_models: the reference model of each pool (config) and whether its "
+                      "responses are loaded")
+def reference_models(context: dg.AssetExecutionContext, config: ReferenceModelsConfig,
+                     warehouse: Warehouse) -> dg.MaterializeResult:
+    require_tables(warehouse, "responses.responses")
+    pool_models = warehouse.query("SELECT DISTINCT pool, model FROM responses.responses")
+    table = ranking.reference_models_table(config.reference_models, pool_models)
+    for row in table[~table["reference_present"]].itertuples():
+        context.log.warning(f"pool {row.pool}: reference model {row.reference_model!r} has no responses; "
+                            "the pool gets Bradley–Terry ratings only (set reference_models in the asset config)")
+    warehouse.replace_table("leaderboard.reference_models", table, "reference model per pool for the USL score")
+    return dg.MaterializeResult(metadata={**warehouse.table_metadata("leaderboard.reference_models"),
+                                          "reference_models": markdown(table)})
+
+
+@dg.asset_check(asset=reference_models, pool=WAREHOUSE_POOL,
+                description="every pool's reference model has responses (else that pool has no USL score)")
+def reference_models_present(warehouse: Warehouse) -> dg.AssetCheckResult:
+    table = warehouse.read_table("leaderboard.reference_models")
+    missing = table[~table["reference_present"]]
+    return dg.AssetCheckResult(passed=missing.empty, severity=dg.AssetCheckSeverity.WARN,
+                               metadata={"pools_without_reference": dg.MetadataValue.int(len(missing)),
+                                         "reference_models": markdown(table)})
+
+
+@dg.asset_check(asset=dg.AssetKey("unranked_rewards"), pool=WAREHOUSE_POOL,
+                description="rewards left off the leaderboard, counted by reason (warning when there are any)")
+def unranked_rewards_by_reason(warehouse: Warehouse) -> dg.AssetCheckResult:
+    by_reason = warehouse.query("SELECT reason, count(*) AS rewards FROM leaderboard.unranked_rewards "
+                                "GROUP BY reason ORDER BY rewards DESC")
+    return dg.AssetCheckResult(passed=by_reason.empty, severity=dg.AssetCheckSeverity.WARN, metadata={
+        "unranked": dg.MetadataValue.int(int(by_reason["rewards"].sum())), "by_reason": markdown(by_reason)})
+
+
+class RankingConfig(dg.Config):
+    usl_bootstrap_rounds: int = Field(default=1000, description="bootstrap resamples of prompts for the USL score")
+    bt_bootstrap_rounds: int = Field(default=200, description="bootstrap resamples for Bradley–Terry (one fit each)")
+    confidence: float = Field(default=0.95, description="interval coverage")
+    seed: int = 0
+
+
+@dg.asset(group_name=GROUP, deps=["reference_comparisons", "pairwise_comparisons"], pool=WAREHOUSE_POOL,
+          kinds={"duckdb", "python"},
+          description="leaderboard.rankings: USL score and Bradley–Terry rating per pool × profile × topic "
+                      "(all, scenario group, scenario) with bootstrap intervals and overlap-tied ranks")
+def rankings(context: dg.AssetExecutionContext, config: RankingConfig, warehouse: Warehouse) -> dg.MaterializeResult:
+    reference_wins = warehouse.read_table("leaderboard.reference_comparisons")
+    pairs = warehouse.read_table("leaderboard.pairwise_comparisons")
+    settings = ranking.BootstrapSettings(config.usl_bootstrap_rounds, config.bt_bootstrap_rounds,
+                                         config.confidence, config.seed)
+    started = time.perf_counter()
+    context.log.info(f"ranking {len(reference_wins):,} reference comparisons and {len(pairs):,} model pairs")
+
+    def progress(done: int, total: int) -> None:
+        elapsed = time.perf_counter() - started
+        context.log.info(f"ranked {done}/{total} pool × profile slices ({elapsed:.1f} s, {done / elapsed:.2f}/s)")
+
+    table = ranking.rank_all(reference_wins, pairs, settings, progress=progress)
+    warehouse.replace_table("leaderboard.rankings", table, "USL score and Bradley–Terry rating with 95% intervals")
+    top = table[(table["profile"] == "default") & (table["scenario"] == "all")]
+    return dg.MaterializeResult(metadata={
+        **warehouse.table_metadata("leaderboard.rankings"),
+        "seconds": dg.MetadataValue.float(round(time.perf_counter() - started, 2)),
+        "pools": dg.MetadataValue.int(int(table["pool"].nunique())),
+        "profiles": dg.MetadataValue.int(int(table["profile"].nunique())),
+        "default_leaderboard": markdown(top.drop(columns=["level", "scenario", "profile"]), digits=1),
+    })
+
+
+@dg.asset_check(asset=rankings, pool=WAREHOUSE_POOL,
+                description="USL scores in [0, 100] inside their intervals; ranks between 1 and the model count")
+def rankings_consistent(warehouse: Warehouse) -> dg.AssetCheckResult:
+    counts = warehouse.query("""
+        SELECT
+            count(*) FILTER (WHERE method = 'usl' AND (score < 0 OR score > 100)) AS usl_out_of_range,
+            count(*) FILTER (WHERE method = 'usl' AND NOT (ci_low <= score + 1e-9 AND score <= ci_high + 1e-9))
+                AS usl_outside_interval,
+            count(*) FILTER (WHERE method = 'bradley_terry' AND NOT (ci_low <= score AND score <= ci_high))
+                AS bt_outside_interval,
+            count(*) FILTER (WHERE rank < 1 OR rank > models) AS bad_rank
+        FROM (SELECT *, count(*) OVER (PARTITION BY pool, scenario, profile, method) AS models
+              FROM leaderboard.rankings)
+    """).iloc[0]
+    failing = int(counts["usl_out_of_range"] + counts["usl_outside_interval"] + counts["bad_rank"])
+    return dg.AssetCheckResult(passed=failing == 0,
+                               metadata={name: dg.MetadataValue.int(int(value)) for name, value in counts.items()})
+
+
+@dg.asset(group_name=GROUP, deps=[rankings, "model_lengths"], pool=WAREHOUSE_POOL, kinds={"duckdb", "python"},
+          description="leaderboard.external_validity: Spearman/Kendall of the default leaderboard and of the "
+                      "mean-length baseline with LMArena 2025, Chatbot Arena 2024 and AlpacaEval 2 LC")
+def external_validity(warehouse: Warehouse, data_dir: DataDir) -> dg.MaterializeResult:
+    data_root = data_dir.root()
+    table = validity.external_validity(
+        warehouse.read_table("leaderboard.rankings"), warehouse.read_table("leaderboard.model_lengths"),
+        validity.load_external_rankings(data_root), validity.load_name_map(data_root))
+    warehouse.replace_table("leaderboard.external_validity", table, "agreement with external human rankings")
+    return dg.MaterializeResult(metadata={**warehouse.table_metadata("leaderboard.external_validity"),
+                                          "agreement": markdown(table)})
+
+
+@dg.asset_check(asset=external_validity, pool=WAREHOUSE_POOL,
+                description="each external ranking shares at least 3 models with some pool's leaderboard, so the "
+                            "correlations are measured, not empty")
+def external_validity_measured(warehouse: Warehouse) -> dg.AssetCheckResult:
+    table = warehouse.read_table("leaderboard.external_validity")
+    measured = table[table["method"] != "mean_length"].dropna(subset=["spearman"])
+    unmeasured = sorted(set(validity.EXTERNAL_RANKINGS) - set(measured["external_ranking"]))
+    return dg.AssetCheckResult(passed=not unmeasured and not table.empty, metadata={
+        "unmeasured_rankings": dg.MetadataValue.text(", ".join(unmeasured) or "none"),
+        "agreement": markdown(table)})
+
+
+@dg.asset_check(asset=external_validity, pool=WAREHOUSE_POOL,
+                description="the default USL leaderboard agrees with LMArena 2025 at least as well as ranking by "
+                            "mean response length does (warning only: a small CRM may not)")
+def leaderboard_beats_length_baseline(warehouse: Warehouse) -> dg.AssetCheckResult:
+    table = warehouse.query(
+        "SELECT pool, method, n_models, spearman FROM leaderboard.external_validity "
+        "WHERE external_ranking = 'lmarena_2025' AND method IN ('usl', 'mean_length') AND spearman IS NOT NULL")
+    wide = table.pivot_table(index="pool", columns="method", values="spearman")
+    comparable = wide.dropna() if {"usl", "mean_length"} <= set(wide.columns) else wide.iloc[0:0]
+    passed = bool(len(comparable)) and bool((comparable["usl"] >= comparable["mean_length"]).all())
+    return dg.AssetCheckResult(passed=passed, severity=dg.AssetCheckSeverity.WARN,
+                               metadata={"spearman_with_lmarena_2025": markdown(wide.reset_index())})
+
+
+@dg.asset(group_name=GROUP, deps=[rankings, "preference_analysis", "crm_evaluation"], pool=WAREHOUSE_POOL,
+          kinds={"duckdb", "python"},
+          description="leaderboard.contradiction_by_scenario and leaderboard.contradiction_correlations: human "
+                      "disagreement per scenario vs the CRM's accuracy and the ranking change between profiles")
+def contradiction_vs_leaderboard(warehouse: Warehouse) -> dg.MaterializeResult:
+    require_tables(warehouse, "analysis.scenario_contradiction", "crm.evaluation_by_scenario")
+    changes = validity.ranking_change(warehouse.read_table("leaderboard.rankings"))
+    table = validity.contradiction_by_scenario(warehouse.read_table("analysis.scenario_contradiction"),
+                                               warehouse.read_table("crm.evaluation_by_scenario"), changes)
+    correlations = validity.contradiction_correlations(table)
+    warehouse.replace_table("leaderboard.contradiction_by_scenario", table, "per scenario: contradiction vs CRM")
+    warehouse.replace_table("leaderboard.contradiction_correlations", correlations, "Spearman across scenarios")
+    chart = validity.contradiction_chart(table)
+    return dg.MaterializeResult(metadata={
+        **warehouse.table_metadata("leaderboard.contradiction_by_scenario"),
+        "correlations": markdown(correlations),
+        "chart": dg.MetadataValue.md(f"![contradiction vs leaderboard](data:image/png;base64,{chart})"),
+    })
+
+
+@dg.asset_check(asset=contradiction_vs_leaderboard, pool=WAREHOUSE_POOL,
+                description="one row per analysed scenario; accuracies in [0, 1], ranking change in [0, 2], "
+                            "correlations in [-1, 1]")
+def contradiction_in_range(warehouse: Warehouse) -> dg.AssetCheckResult:
+    counts = warehouse.query("""
+        SELECT
+            (SELECT count(*) FROM leaderboard.contradiction_by_scenario) AS scenarios,
+            (SELECT count(*) - count(DISTINCT scenario) FROM leaderboard.contradiction_by_scenario) AS duplicates,
+            (SELECT count(*) FROM leaderboard.contradiction_by_scenario
+             WHERE crm_accuracy NOT BETWEEN 0 AND 1 OR ranking_change NOT BETWEEN 0 AND 2) AS out_of_range,
+            (SELECT count(*) FROM leaderboard.contradiction_correlations
+             WHERE spearman NOT BETWEEN -1 AND 1) AS bad_correlations
+    """).iloc[0]
+    passed = counts["scenarios"] > 0 and counts[["duplicates", "out_of_range", "bad_correlations"]].sum() == 0
+    return dg.AssetCheckResult(passed=bool(passed),
+                               metadata={name: dg.MetadataValue.int(int(value)) for name, value in counts.items()})
+
+
+@dg.asset(group_name=GROUP, pool=WAREHOUSE_POOL, kinds={"duckdb"},
+          deps=[*sql_assets, reference_models, rankings, external_validity, contradiction_vs_leaderboard],
+          description="a copy of the warehouse under $USL_HOME/published/ for analysts (never the file Dagster "
+                      "writes)")
+def published_warehouse(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
+    target = warehouse.publish()
+    tables = warehouse.query("SELECT count(*) AS n FROM duckdb_tables()")["n"].iloc[0]
+    context.log.info(f"published {target} ({target.stat().st_size / 1e6:.1f} MB, {tables} tables)")
+    return dg.MaterializeResult(metadata={"path": dg.MetadataValue.path(str(target)),
+                                          "size_mb": dg.MetadataValue.float(round(target.stat().st_size / 1e6, 2)),
+                                          "tables": dg.MetadataValue.int(int(tables))})
+
+
+@dg.asset_check(asset=published_warehouse, pool=WAREHOUSE_POOL,
+                description="the published copy opens read-only and holds the same leaderboard tables and row "
+                            "counts as the warehouse")
+def published_copy_matches(warehouse: Warehouse) -> dg.AssetCheckResult:
+    count_sql = "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'leaderboard' ORDER BY table_name"
+    with duckdb.connect(str(warehouse.published_path()), read_only=True) as conn:
+        published = {name: conn.execute(f'SELECT count(*) FROM leaderboard."{name}"').fetchone()[0]
+                     for (name,) in conn.execute(count_sql).fetchall()}
+    with warehouse.connect() as conn:
+        live = {name: conn.execute(f'SELECT count(*) FROM leaderboard."{name}"').fetchone()[0]
+                for (name,) in conn.execute(count_sql).fetchall()}
+    differing = sorted(name for name in live if published.get(name) != live[name])
+    return dg.AssetCheckResult(passed=not differing and bool(live), metadata={
+        "leaderboard_tables": dg.MetadataValue.int(len(published)),
+        "differing": dg.MetadataValue.text(", ".join(differing) or "none")})
+
+
+leaderboards_job = dg.define_asset_job(
+    "leaderboards_job", selection=dg.AssetSelection.groups(GROUP),
+    description="rebuild every leaderboard table from the current rewards and publish the warehouse copy")
+
+# Stopped by default: the embedded profile runs no daemon and `usl run` builds everything once; a deployment
+# with a daemon turns it on (UI or `dagster schedule start leaderboards_nightly`). See docs/leaderboards.md.
+leaderboards_nightly = dg.ScheduleDefinition(
+    name="leaderboards_nightly", job=leaderboards_job, cron_schedule="0 3 * * *", execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.STOPPED)
+
+defs = dg.Definitions(
+    assets=[*sql_assets, reference_models, rankings, external_validity, contradiction_vs_leaderboard,
+            published_warehouse],
+    asset_checks=[*sql_checks, reference_models_present, rankings_consistent, external_validity_measured,
+                  leaderboard_beats_length_baseline, contradiction_in_range, published_copy_matches,
+                  unranked_rewards_by_reason],
+    jobs=[leaderboards_job],
+    schedules=[leaderboards_nightly],
+)

@@ -1,0 +1,164 @@
+"""`usl leaderboard`: the customizable leaderboard the paper's interface shows — models by overall score and by the
+user's topics, under the default criteria (from the published warehouse) or the user's own (scored on demand)."""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from usl_assets.leaderboards import ranking
+from usl_assets.resources import Warehouse
+from usl_assets.settings import UslConfigError, usl_home
+
+FORMATS = ("table", "csv", "json")
+METHODS = ("usl", "bradley_terry")
+
+
+def add_parsers(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "leaderboard", help="rank a pool's models overall and per topic, under default or your own criteria")
+    parser.add_argument("--pool", required=True, help="response pool, e.g. alpaca_eval or mt_bench")
+    parser.add_argument("--topic", action="append", default=[], metavar="T",
+                        help="a scenario (e.g. code_generation) or scenario group (e.g. Code); repeatable")
+    parser.add_argument("--criteria", action="append", default=[], metavar="TEXT",
+                        help="one criterion of yours (repeatable); omitted: each scenario's default criteria")
+    parser.add_argument("--format", choices=FORMATS, default="table")
+    parser.add_argument("--method", choices=METHODS, default="usl",
+                        help="usl: win rate against the pool's reference model (default); bradley_terry: ratings")
+    parser.add_argument("--bootstrap-rounds", type=int, default=1000, help="resamples for the intervals")
+    parser.set_defaults(handler=show_leaderboard)
+
+
+def read_published(sql: str, params: list | None = None, path: Path | None = None) -> pd.DataFrame:
+    """Query the published copy (read-only): analysts and this command never read the file Dagster writes."""
+    path = path or Warehouse().published_path()
+    if not path.exists():
+        raise UslConfigError(f"no published warehouse at {path}: materialize the leaderboards first (usl run)")
+    with duckdb.connect(str(path), read_only=True) as conn:
+        return conn.execute(sql, params or []).df()
+
+
+def pool_topics(pool: str, published: Path | None = None) -> pd.DataFrame:
+    """scenario, scenario_group of the pool's scored prompts; raises for an unknown pool."""
+    pools = read_published("SELECT DISTINCT pool FROM leaderboard.reference_models ORDER BY pool", path=published)
+    if pool not in set(pools["pool"]):
+        raise UslConfigError(f"unknown pool {pool!r}: the published leaderboard has {', '.join(pools['pool'])}")
+    return read_published("SELECT DISTINCT scenario, scenario_group FROM leaderboard.response_scores "
+                          "WHERE pool = ? ORDER BY scenario", [pool], path=published)
+
+
+def check_topics(topics: list[str], known: pd.DataFrame, pool: str) -> None:
+    names = set(known["scenario"]) | set(known["scenario_group"])
+    unknown = [topic for topic in topics if topic not in names]
+    if unknown:
+        groups = ", ".join(sorted(set(known["scenario_group"])))
+        examples = ", ".join(sorted(set(known["scenario"]))[:4])
+        raise UslConfigError(f"unknown topic {', '.join(map(repr, unknown))} for pool {pool}: use a group "
+                             f"({groups}) or a scenario the pool has (e.g. {examples})")
+
+
+def published_rankings(pool: str, topics: list[str], method: str, published: Path | None = None) -> pd.DataFrame:
+    """The default profile's rankings (long: scenario, model, score, ci_low, ci_high, rank, n_prompts)."""
+    return read_published(
+        "SELECT scenario, model, score, ci_low, ci_high, rank, n_prompts FROM leaderboard.rankings "
+        "WHERE pool = ? AND profile = 'default' AND method = ? AND list_contains(?, scenario)",
+        [pool, method, ["all", *topics]], path=published)
+
+
+def pairs_from_rewards(rewards: pd.DataFrame) -> pd.DataFrame:
+    """Every pair of models per prompt (model_a < model_b) with a_score: pairwise_comparisons.sql, in pandas."""
+    merged = rewards.merge(rewards, on=["prompt_id", "scenario", "scenario_group"], suffixes=("_a", "_b"))
+    merged = merged[merged["model_a"] < merged["model_b"]]
+    a_score = np.select([merged["reward_a"] > merged["reward_b"], merged["reward_a"] == merged["reward_b"]],
+                        [1.0, 0.5], 0.0)
+    return merged[["prompt_id", "scenario", "scenario_group", "model_a", "model_b"]].assign(a_score=a_score)
+
+
+def adhoc_rankings(rewards: pd.DataFrame, known: pd.DataFrame, topics: list[str], method: str,
+                   reference_model: str | None, settings: ranking.BootstrapSettings) -> pd.DataFrame:
+    """Rank ad hoc rewards (pool, prompt_id, model, scenario, reward) overall and per topic, the way the
+    leaderboard assets do."""
+    rewards = rewards.merge(known, on="scenario", how="left")
+    rng = np.random.default_rng(settings.seed)
+    if method == "usl":
+        if reference_model is None or reference_model not in set(rewards["model"]):
+            raise UslConfigError(f"the pool's reference model {reference_model!r} has no rewards: use "
+                                 "--method bradley_terry")
+        comparisons, score = ranking.reference_wins_from_rewards(rewards, reference_model), ranking.usl_scores
+    else:
+        comparisons, score = pairs_from_rewards(rewards), ranking.bradley_terry_scores
+    parts = [ranking.with_ranks(score(comparisons, settings, rng)).assign(scenario="all")]
+    for topic in topics:
+        rows = comparisons[(comparisons["scenario"] == topic) | (comparisons["scenario_group"] == topic)]
+        parts.append(ranking.with_ranks(score(rows, settings, rng)).assign(scenario=topic))
+    return pd.concat(parts, ignore_index=True)
+
+
+def wide_table(long: pd.DataFrame, topics: list[str]) -> pd.DataFrame:
+    """One row per model: rank, overall score with interval, then each topic's score with interval."""
+    overall = long[long["scenario"] == "all"].set_index("model")
+    wide = pd.DataFrame({"rank": overall["rank"], "overall": overall["score"], "overall_low": overall["ci_low"],
+                         "overall_high": overall["ci_high"], "n_prompts": overall["n_prompts"]})
+    for topic in topics:
+        part = long[long["scenario"] == topic].set_index("model")
+        wide[topic] = part["score"]
+        wide[f"{topic}_low"] = part["ci_low"]
+        wide[f"{topic}_high"] = part["ci_high"]
+    wide = wide.sort_values(["rank", "overall"], ascending=[True, False])
+    return wide.reset_index(names="model")
+
+
+def render(wide: pd.DataFrame, topics: list[str], output_format: str) -> str:
+    if output_format == "csv":
+        return wide.to_csv(index=False, float_format="%.2f")
+    if output_format == "json":
+        return wide.to_json(orient="records", indent=2, double_precision=4)
+    shown = pd.DataFrame({"rank": wide["rank"], "model": wide["model"]})
+    for column in ["overall", *topics]:
+        shown[column] = [_with_interval(s, lo, hi) for s, lo, hi in
+                         zip(wide[column], wide[f"{column}_low"], wide[f"{column}_high"])]
+    return shown.to_string(index=False)
+
+
+def _with_interval(score: float, low: float, high: float) -> str:
+    return "—" if pd.isna(score) else f"{score:.1f} [{low:.1f}, {high:.1f}]"
+
+
+def show_leaderboard(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    topics = list(dict.fromkeys(args.topic))
+    known = pool_topics(args.pool)
+    check_topics(topics, known, args.pool)
+    scoring_seconds = 0.0
+    if args.criteria:
+        from usl_assets.scoring.score import score_adhoc_profile
+
+        scoring_started = time.perf_counter()
+        # The whole pool, not only the topics: the overall column ranks every prompt, as the published one does.
+        rewards = score_adhoc_profile(Warehouse(), usl_home(), args.pool, args.criteria, progress=True)
+        scoring_seconds = time.perf_counter() - scoring_started
+        unscored = ~np.isfinite(rewards["reward"].to_numpy(dtype=float))
+        if unscored.any():
+            print(f"usl: {int(unscored.sum())} of {len(rewards)} responses got no finite reward and are left out",
+                  file=sys.stderr)
+            rewards = rewards[~unscored]
+        reference = read_published("SELECT reference_model FROM leaderboard.reference_models WHERE pool = ?",
+                                   [args.pool])["reference_model"]
+        settings = ranking.BootstrapSettings(usl_rounds=args.bootstrap_rounds, bt_rounds=args.bootstrap_rounds)
+        long = adhoc_rankings(rewards, known, topics, args.method, reference.iloc[0] if len(reference) else None,
+                              settings)
+    else:
+        long = published_rankings(args.pool, topics, args.method)
+        if long.empty:
+            raise UslConfigError(f"pool {args.pool} has no {args.method} ranking under the default profile "
+                                 "(is its reference model loaded? try --method bradley_terry)")
+    print(render(wide_table(long, topics), topics, args.format))
+    elapsed = time.perf_counter() - started
+    profile = f"{len(args.criteria)} criteria of yours" if args.criteria else "default criteria"
+    print(f"latency: {elapsed:.2f} s (scoring {scoring_seconds:.2f} s; {profile}; {args.method})",
+          file=sys.stdout if args.format == "table" else sys.stderr)
+    return 0

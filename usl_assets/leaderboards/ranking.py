@@ -1,0 +1,190 @@
+"""Leaderboard math: the USL score and Bradley–Terry ratings, each with a bootstrap interval over prompts.
+
+Inputs are the per-prompt comparisons the SQL models build (leaderboard.reference_comparisons,
+leaderboard.pairwise_comparisons); outputs are rows of leaderboard.rankings. Everything here is plain
+numpy/pandas so the CLI and the assets rank the same way.
+
+- USL score (the paper's): per prompt, does the model's response beat the pool's reference model's response
+  under the profile (1 win, 0.5 equal reward, 0 loss); the score is the mean in percent.
+- Bradley–Terry: every pair of models on every prompt is one comparison; choix fits the strengths, reported on
+  the Elo scale Chatbot Arena uses (400 points = 10:1 odds, mean 1000).
+- Intervals: percentile bootstrap over prompts (resample prompts with replacement, seeded).
+- Rank: 1 + the number of models whose ci_low is above this model's ci_high (Chatbot Arena's rule), so models
+  whose intervals overlap share a rank.
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import choix
+import numpy as np
+import pandas as pd
+
+ELO_SCALE = 400 / np.log(10)
+ELO_BASE = 1000.0
+BT_REGULARIZATION = 0.01  # choix's alpha: keeps the fit finite when a model wins or loses every comparison
+
+RANKING_COLUMNS = [
+    "pool", "level", "scenario", "profile", "model", "method", "score", "ci_low", "ci_high", "rank", "n_prompts",
+]
+
+
+@dataclass(frozen=True)
+class BootstrapSettings:
+    usl_rounds: int = 1000
+    bt_rounds: int = 200
+    confidence: float = 0.95
+    seed: int = 0
+
+
+def bootstrap_weights(n_prompts: int, rounds: int, rng: np.random.Generator) -> np.ndarray:
+    """rounds × n_prompts: how many times each prompt is drawn in each resample (a multinomial draw)."""
+    return rng.multinomial(n_prompts, np.full(n_prompts, 1.0 / n_prompts), size=rounds).astype(float)
+
+
+def interval(samples: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval per column of `samples` (rounds × items)."""
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    return np.nanpercentile(samples, tail, axis=0), np.nanpercentile(samples, 100.0 - tail, axis=0)
+
+
+def overlap_ranks(ci_low: np.ndarray, ci_high: np.ndarray) -> np.ndarray:
+    """1 + number of items whose ci_low exceeds this item's ci_high (ties where intervals overlap)."""
+    ci_low, ci_high = np.asarray(ci_low, float), np.asarray(ci_high, float)
+    return 1 + (ci_low[None, :] > ci_high[:, None]).sum(axis=1)
+
+
+def usl_scores(wins: pd.DataFrame, settings: BootstrapSettings, rng: np.random.Generator) -> pd.DataFrame:
+    """USL score per model from rows (prompt_id, model, win ∈ {0, 0.5, 1}) of one pool/profile/topic.
+
+    Returns model, score, ci_low, ci_high, n_prompts (score in percent).
+    """
+    table = wins.pivot_table(index="prompt_id", columns="model", values="win", aggfunc="mean")
+    observed = table.notna().to_numpy(float)
+    values = table.fillna(0.0).to_numpy(float)
+    point = 100.0 * values.sum(0) / observed.sum(0)
+    weights = bootstrap_weights(len(table), settings.usl_rounds, rng)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        samples = 100.0 * (weights @ values) / (weights @ observed)
+    low, high = interval(samples, settings.confidence)
+    return pd.DataFrame({
+        "model": table.columns.astype(str), "score": point, "ci_low": low, "ci_high": high,
+        "n_prompts": observed.sum(0).astype(int),
+    })
+
+
+def per_prompt_win_matrices(pairs: pd.DataFrame, models: list[str]) -> tuple[np.ndarray, list[str]]:
+    """prompts × models × models: [p, i, j] = how much model i beat model j on prompt p (a tie gives 0.5 each).
+
+    `pairs` rows: prompt_id, model_a, model_b, a_score ∈ {0, 0.5, 1}.
+    """
+    prompts = sorted(pairs["prompt_id"].unique())
+    prompt_index = {prompt: i for i, prompt in enumerate(prompts)}
+    model_index = {model: i for i, model in enumerate(models)}
+    p = pairs["prompt_id"].map(prompt_index).to_numpy()
+    a = pairs["model_a"].map(model_index).to_numpy()
+    b = pairs["model_b"].map(model_index).to_numpy()
+    a_score = pairs["a_score"].to_numpy(float)
+    matrices = np.zeros((len(prompts), len(models), len(models)))
+    np.add.at(matrices, (p, a, b), a_score)
+    np.add.at(matrices, (p, b, a), 1.0 - a_score)
+    return matrices, prompts
+
+
+def fit_bradley_terry(wins: np.ndarray, initial: np.ndarray | None = None) -> np.ndarray:
+    """Elo-scale ratings from a models × models matrix of (possibly fractional) win counts."""
+    strengths = choix.ilsr_pairwise_dense(wins, alpha=BT_REGULARIZATION, initial_params=initial, max_iter=500)
+    return ELO_BASE + ELO_SCALE * (strengths - strengths.mean())
+
+
+def bradley_terry_scores(pairs: pd.DataFrame, settings: BootstrapSettings, rng: np.random.Generator) -> pd.DataFrame:
+    """Bradley–Terry rating per model from the per-prompt pairwise comparisons of one pool/profile/topic.
+
+    Returns model, score, ci_low, ci_high, n_prompts.
+    """
+    models = sorted(set(pairs["model_a"]) | set(pairs["model_b"]))
+    matrices, _ = per_prompt_win_matrices(pairs, models)
+    point = fit_bradley_terry(matrices.sum(axis=0))
+    start = (point - ELO_BASE) / ELO_SCALE
+    weights = bootstrap_weights(len(matrices), settings.bt_rounds, rng)
+    resampled = np.tensordot(weights, matrices, axes=(1, 0))
+    samples = np.stack([fit_bradley_terry(wins, initial=start) for wins in resampled])
+    low, high = interval(samples, settings.confidence)
+    appears = (matrices.sum(axis=2) + matrices.sum(axis=1)) > 0
+    return pd.DataFrame({
+        "model": models, "score": point, "ci_low": low, "ci_high": high, "n_prompts": appears.sum(0).astype(int),
+    })
+
+
+def with_ranks(scores: pd.DataFrame) -> pd.DataFrame:
+    ranked = scores.assign(rank=overlap_ranks(scores["ci_low"], scores["ci_high"]))
+    return ranked.sort_values(["rank", "score"], ascending=[True, False], ignore_index=True)
+
+
+def topics(frame: pd.DataFrame) -> Iterator[tuple[str, str, pd.DataFrame]]:
+    """(level, topic, rows): every prompt (`all`), each scenario group and each scenario; nothing when empty."""
+    if frame.empty:
+        return
+    yield "all", "all", frame
+    for group, rows in frame.groupby("scenario_group", sort=True):
+        yield "group", str(group), rows
+    for scenario, rows in frame.groupby("scenario", sort=True):
+        yield "scenario", str(scenario), rows
+
+
+def rank_all(reference_wins: pd.DataFrame, pairs: pd.DataFrame, settings: BootstrapSettings,
+             progress=None) -> pd.DataFrame:
+    """leaderboard.rankings: both methods for every pool × profile × topic.
+
+    reference_wins: pool, profile, prompt_id, scenario, scenario_group, model, win.
+    pairs: pool, profile, prompt_id, scenario, scenario_group, model_a, model_b, a_score.
+    `progress(done, total)` is called after each pool × profile, if given.
+    """
+    rng = np.random.default_rng(settings.seed)
+    parts = []
+    slices = sorted(set(map(tuple, reference_wins[["pool", "profile"]].drop_duplicates().to_numpy()))
+                    | set(map(tuple, pairs[["pool", "profile"]].drop_duplicates().to_numpy())))
+    for done, (pool, profile) in enumerate(slices, start=1):
+        keys = {"pool": pool, "profile": profile}
+        usl_rows = reference_wins[(reference_wins["pool"] == pool) & (reference_wins["profile"] == profile)]
+        for level, topic, rows in topics(usl_rows):
+            parts.append(with_ranks(usl_scores(rows, settings, rng)).assign(
+                **keys, level=level, scenario=topic, method="usl"))
+        pair_rows = pairs[(pairs["pool"] == pool) & (pairs["profile"] == profile)]
+        for level, topic, rows in topics(pair_rows):
+            parts.append(with_ranks(bradley_terry_scores(rows, settings, rng)).assign(
+                **keys, level=level, scenario=topic, method="bradley_terry"))
+        if progress:
+            progress(done, len(slices))
+    if not parts:
+        return empty_rankings()
+    return pd.concat(parts, ignore_index=True)[RANKING_COLUMNS]
+
+
+def empty_rankings() -> pd.DataFrame:
+    frame = pd.DataFrame({column: pd.Series(dtype="object") for column in RANKING_COLUMNS})
+    return frame.astype({"score": float, "ci_low": float, "ci_high": float, "rank": "int64", "n_prompts": "int64"})
+
+
+def reference_wins_from_rewards(rewards: pd.DataFrame, reference_model: str) -> pd.DataFrame:
+    """The USL win column from raw rewards (prompt_id, model, reward, …): what reference_comparisons.sql does in
+    the warehouse, for the CLI's ad hoc rewards that never reach a table."""
+    reference = rewards.loc[rewards["model"] == reference_model, ["prompt_id", "reward"]]
+    merged = rewards.merge(reference.rename(columns={"reward": "reference_reward"}), on="prompt_id")
+    win = np.select([merged["reward"] > merged["reference_reward"], merged["reward"] == merged["reference_reward"]],
+                    [1.0, 0.5], 0.0)
+    return merged.drop(columns=["reference_reward"]).assign(win=win)
+
+
+DEFAULT_REFERENCE_MODELS = {"alpaca_eval": "gpt4_1106_preview", "mt_bench": "gpt-4"}
+
+
+def reference_models_table(configured: dict[str, str], pool_models: pd.DataFrame) -> pd.DataFrame:
+    """leaderboard.reference_models: per pool in the responses, its configured reference model and whether that
+    model's responses are there (a pool without one gets Bradley–Terry ratings but no USL score)."""
+    rows = []
+    for pool, models in pool_models.groupby("pool", sort=True):
+        reference = configured.get(pool)
+        rows.append({"pool": pool, "reference_model": reference, "reference_present": reference in set(models["model"]),
+                     "n_models": models["model"].nunique()})
+    return pd.DataFrame(rows, columns=["pool", "reference_model", "reference_present", "n_models"])

@@ -1,0 +1,90 @@
+"""`usl leaderboard` through usl_assets.cli.main, on a published warehouse built by the real assets."""
+
+import io
+import re
+import json
+
+import pandas as pd
+import pytest
+
+from usl_assets.cli import main
+from usl_assets.resources import DataDir, UslHome, Warehouse
+from usl_assets_tests.test_leaderboards_assets import materialize_leaderboards
+from usl_assets_tests.test_leaderboards_fixtures import ALPACA_MODELS, write_upstream
+
+
+@pytest.fixture(scope="module")
+def published_home(tmp_path_factory, shared_data_dir):
+    """USL_HOME with the leaderboards materialized and published; USL_HOME points at it for the module."""
+    home = tmp_path_factory.mktemp("leaderboard_cli") / "usl_home"
+    resources = {"data_dir": DataDir(path=str(shared_data_dir)), "usl_home": UslHome(path=str(home)),
+                 "warehouse": Warehouse(path=str(home / "warehouse.duckdb"))}
+    write_upstream(resources["warehouse"], shared_data_dir)
+    assert materialize_leaderboards(resources).success
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("USL_HOME", str(home))
+        patch.setenv("USL_DATA_DIR", str(shared_data_dir))
+        yield home
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["leaderboard", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_table_shows_overall_and_topic_columns_with_intervals(published_home, capsys):
+    code, out, _ = run(capsys, "--pool", "alpaca_eval", "--topic", "Code", "--topic", "open_question")
+    assert code == 0
+    header, *rows = out.splitlines()
+    assert header.split() == ["rank", "model", "overall", "Code", "open_question"]
+    assert len([row for row in rows if not row.startswith("latency")]) == len(ALPACA_MODELS)
+    assert re.search(r"gpt4_1106_preview\s+50\.0 \[50\.0, 50\.0\]", out)
+    assert rows[-1].startswith("latency: ")
+
+
+def test_csv_and_json_match_the_published_rankings(published_home, capsys):
+    code, out, err = run(capsys, "--pool", "alpaca_eval", "--topic", "Code", "--format", "csv")
+    assert code == 0 and err.startswith("latency: ")
+    table = pd.read_csv(io.StringIO(out)).set_index("model")
+    published = Warehouse(path=str(published_home / "published" / "warehouse.duckdb")).query(
+        "SELECT model, score FROM leaderboard.rankings WHERE pool = 'alpaca_eval' AND profile = 'default' "
+        "AND method = 'usl' AND scenario = 'Code'").set_index("model")["score"]
+    assert table["Code"].to_dict() == pytest.approx(published.round(2).to_dict(), abs=0.006)
+    assert list(table.columns[:4]) == ["rank", "overall", "overall_low", "overall_high"]
+    code, out, _ = run(capsys, "--pool", "mt_bench", "--format", "json", "--method", "bradley_terry")
+    records = json.loads(out)
+    assert code == 0 and {r["model"] for r in records} == {"gpt-4", "gpt-3.5-turbo", "vicuna-13b-v1.3", "llama-13b"}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--pool", "nope"], "unknown pool 'nope': the published leaderboard has alpaca_eval, mt_bench"),
+    (["--pool", "alpaca_eval", "--topic", "astrology"], "unknown topic 'astrology' for pool alpaca_eval"),
+])
+def test_bad_arguments_are_one_clear_line(published_home, capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and message in err
+
+
+def test_own_criteria_are_scored_then_ranked(published_home, capsys, shared_data_dir, tiny_backbone):
+    """--criteria scores the pool under the user's criteria with a real (tiny, briefly trained) CRM checkpoint in
+    USL_HOME, through score_adhoc_profile, and ranks the rewards the way the assets do."""
+    from usl_assets.crm.scorer import write_default_architecture
+    from usl_assets_tests.test_scoring_support import train_tiny_crm
+
+    train_tiny_crm(shared_data_dir, str(tiny_backbone), "cross", published_home / "models")
+    write_default_architecture(published_home / "models" / "crm", "cross")
+    argv = ["--pool", "alpaca_eval", "--topic", "Code", "--criteria", "Prefers brief answers.", "--format", "csv"]
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    table = pd.read_csv(io.StringIO(out)).set_index("model")
+    assert set(table.index) == set(ALPACA_MODELS)
+    assert table.loc["gpt4_1106_preview", "Code"] == 50.0 and table["n_prompts"].eq(30).all()
+    assert ((table["overall_low"] <= table["overall"]) & (table["overall"] <= table["overall_high"])).all()
+    live = Warehouse(path=str(published_home / "warehouse.duckdb"))
+    cached = live.query("SELECT count(*) AS n FROM scoring.reward_cache")["n"].iloc[0]
+    assert cached == len(ALPACA_MODELS) * 30  # every response of the pool scored once under the new criteria
+    again, out_again, _ = run(capsys, *argv)
+    assert again == 0 and out_again == out  # cached and seeded: the same table
+    assert live.query("SELECT count(*) AS n FROM scoring.reward_cache")["n"].iloc[0] == cached

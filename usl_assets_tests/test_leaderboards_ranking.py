@@ -1,0 +1,97 @@
+"""Leaderboard math on data small enough to check by hand."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from usl_assets.leaderboards import ranking
+
+SETTINGS = ranking.BootstrapSettings(usl_rounds=500, bt_rounds=100, seed=7)
+
+
+def wins_frame(wins_by_model: dict[str, list[float]]) -> pd.DataFrame:
+    return pd.DataFrame([{"prompt_id": str(i), "model": model, "win": win}
+                         for model, wins in wins_by_model.items() for i, win in enumerate(wins)])
+
+
+def test_usl_score_is_the_win_rate_in_percent_with_an_interval_around_it():
+    wins = wins_frame({"a": [1, 1, 1, 0.5], "b": [0, 0, 1, 0], "ref": [0.5, 0.5, 0.5, 0.5]})
+    scores = ranking.usl_scores(wins, SETTINGS, np.random.default_rng(0)).set_index("model")
+    assert scores.loc["a", "score"] == pytest.approx(87.5)
+    assert scores.loc["b", "score"] == pytest.approx(25.0)
+    assert scores.loc["ref", ["score", "ci_low", "ci_high"]].tolist() == [50.0, 50.0, 50.0]
+    assert (scores["ci_low"] <= scores["score"]).all() and (scores["score"] <= scores["ci_high"]).all()
+    assert scores.loc["b", "ci_high"] > scores.loc["b", "ci_low"]
+    assert scores["n_prompts"].tolist() == [4, 4, 4]
+
+
+def test_usl_score_counts_only_the_prompts_a_model_answered():
+    wins = wins_frame({"a": [1, 0], "b": [1, 1]}).iloc[[0, 1, 2]]  # b has no answer to prompt 1
+    scores = ranking.usl_scores(wins, SETTINGS, np.random.default_rng(0)).set_index("model")
+    assert scores.loc["b", "score"] == 100.0 and scores.loc["b", "n_prompts"] == 1
+    assert scores.loc["a", "score"] == 50.0
+
+
+def test_bootstrap_is_seeded():
+    wins = wins_frame({"a": [1, 0, 1, 0, 1, 1, 0], "b": [0, 0, 1, 1, 0, 1, 0]})
+    first = ranking.usl_scores(wins, SETTINGS, np.random.default_rng(3))
+    again = ranking.usl_scores(wins, SETTINGS, np.random.default_rng(3))
+    pd.testing.assert_frame_equal(first, again)
+
+
+def test_overlapping_intervals_share_a_rank():
+    # a is clearly ahead; b and c overlap; d is below b but overlaps c.
+    low = np.array([80.0, 50.0, 45.0, 30.0])
+    high = np.array([90.0, 60.0, 55.0, 46.0])
+    assert ranking.overlap_ranks(low, high).tolist() == [1, 2, 2, 3]
+
+
+def test_bradley_terry_recovers_a_known_order():
+    rng = np.random.default_rng(11)
+    strengths = {"strong": 1.5, "good": 0.5, "fair": -0.5, "weak": -1.5}
+    models = list(strengths)
+    rows = []
+    for prompt in range(150):
+        for i, a in enumerate(models):
+            for b in models[i + 1:]:
+                p_a = 1 / (1 + np.exp(strengths[b] - strengths[a]))
+                rows.append({"prompt_id": str(prompt), "model_a": a, "model_b": b,
+                             "a_score": float(rng.random() < p_a)})
+    scores = ranking.with_ranks(ranking.bradley_terry_scores(pd.DataFrame(rows), SETTINGS, np.random.default_rng(0)))
+    assert scores["model"].tolist() == models
+    assert scores["rank"].tolist() == [1, 2, 3, 4]  # 150 prompts separate them
+    assert (scores["ci_low"] <= scores["score"]).all() and (scores["score"] <= scores["ci_high"]).all()
+    assert scores["score"].mean() == pytest.approx(ranking.ELO_BASE)
+    # strength gap 1.0 (natural log odds) is 400/ln(10) ≈ 174 Elo points
+    gaps = -np.diff(scores["score"].to_numpy())
+    assert gaps == pytest.approx([ranking.ELO_SCALE] * 3, rel=0.25)
+
+
+def test_ties_count_half_for_each_side():
+    pairs = pd.DataFrame({"prompt_id": ["1", "2"], "model_a": ["a", "a"], "model_b": ["b", "b"], "a_score": [0.5, 0.5]})
+    matrices, _ = ranking.per_prompt_win_matrices(pairs, ["a", "b"])
+    assert matrices.sum(axis=0).tolist() == [[0.0, 1.0], [1.0, 0.0]]
+    scores = ranking.bradley_terry_scores(pairs, SETTINGS, np.random.default_rng(0))
+    assert scores["score"].tolist() == pytest.approx([ranking.ELO_BASE, ranking.ELO_BASE])
+
+
+def test_rank_all_covers_every_topic_and_both_methods():
+    reference_wins = pd.DataFrame({
+        "pool": "p", "profile": "default", "prompt_id": ["1", "1", "2", "2"], "scenario": ["s1", "s1", "s2", "s2"],
+        "scenario_group": "G", "model": ["ref", "x", "ref", "x"], "win": [0.5, 1.0, 0.5, 0.0]})
+    pairs = pd.DataFrame({"pool": "p", "profile": "default", "prompt_id": ["1", "2"], "scenario": ["s1", "s2"],
+                          "scenario_group": "G", "model_a": "ref", "model_b": "x", "a_score": [0.0, 1.0]})
+    table = ranking.rank_all(reference_wins, pairs, SETTINGS)
+    assert list(table.columns) == ranking.RANKING_COLUMNS
+    topics = set(map(tuple, table[["level", "scenario", "method"]].drop_duplicates().to_numpy()))
+    assert topics == {(level, topic, method) for level, topic in [("all", "all"), ("group", "G"), ("scenario", "s1"),
+                                                                  ("scenario", "s2")]
+                      for method in ("usl", "bradley_terry")}
+    x = table[(table["model"] == "x") & (table["method"] == "usl")].set_index("scenario")["score"]
+    assert x.to_dict() == {"all": 50.0, "G": 50.0, "s1": 100.0, "s2": 0.0}
+
+
+def test_reference_models_table_flags_a_missing_reference():
+    pool_models = pd.DataFrame({"pool": ["a", "a", "b"], "model": ["ref", "x", "y"]})
+    table = ranking.reference_models_table({"a": "ref", "b": "ref"}, pool_models).set_index("pool")
+    assert table["reference_present"].to_dict() == {"a": True, "b": False}
