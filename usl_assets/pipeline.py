@@ -39,7 +39,9 @@ def run_graph(
     resources: dict | None = None,
     log: Callable[[str], None] = print,
     tags: dict | None = None,
+    op_config: dict | None = None,
 ) -> list[PhaseResult]:
+    """`op_config` maps an asset name to its config (e.g. smaller slices); each phase gets its own assets'."""
     from usl_assets.definitions import defs
     from usl_assets.responses.assets import register_public_models
 
@@ -48,22 +50,28 @@ def run_graph(
     job = defs.resolve_implicit_global_asset_job_def()
     before, partitioned, after = plan_phases(defs.resolve_asset_graph())
     data_root = (resources or defs.resources)["data_dir"].root()
-    results = [_execute(job, instance, "upstream of the model partitions", before, {}, tags, log)]
+    run = lambda name, keys, extra, **kw: _execute(  # noqa: E731
+        job, instance, name, keys, extra, tags, log, _phase_config(op_config, keys), **kw)
+    results = [run("upstream of the model partitions", before, {})]
     partition_keys = register_public_models(instance, data_root)
     log(f"registered {len(partition_keys)} model partitions")
     range_tags = {ASSET_PARTITION_RANGE_START_TAG: partition_keys[0], ASSET_PARTITION_RANGE_END_TAG: partition_keys[-1]}
-    results.append(_execute(job, instance, "model partitions", partitioned, range_tags, tags, log,
-                            partitions=len(partition_keys)))
+    results.append(run("model partitions", partitioned, range_tags, partitions=len(partition_keys)))
     if after:
-        results.append(_execute(job, instance, "leaderboards", after, {}, tags, log))
+        results.append(run("leaderboards", after, {}))
     return results
 
 
-def _execute(job, instance, name, keys, extra_tags, tags, log, partitions=0) -> PhaseResult:
+def _phase_config(op_config: dict | None, keys: list[dg.AssetKey]) -> dict:
+    names = {key.to_python_identifier() for key in keys}
+    return {"ops": {name: {"config": cfg} for name, cfg in (op_config or {}).items() if name in names}}
+
+
+def _execute(job, instance, name, keys, extra_tags, tags, log, run_config, partitions=0) -> PhaseResult:
     log(f"▶ {name}: {len(keys)} assets" + (f" × {partitions} partitions" if partitions else ""))
     started = time.perf_counter()
     result = job.execute_in_process(
-        instance=instance, asset_selection=keys, tags={**(tags or {}), **extra_tags}, raise_on_error=False
+        run_config=run_config, instance=instance, asset_selection=keys, tags={**(tags or {}), **extra_tags}, raise_on_error=False
     )
     seconds = time.perf_counter() - started
     if not result.success:

@@ -1,0 +1,53 @@
+"""Figures of the preferences-tagging stage on the full public data: MiniLM throughput, the scenario tagger's
+accuracy (scenario and group) and the headline contradiction figures.
+
+    USL_DATA_DIR=../shared/data USL_HOME=/tmp/usl_bench .venv/bin/python benchmarks/preferences_tagging.py
+
+Materializes the preference chain (raw -> validated -> scenario_tagger -> tagged_preferences ->
+preference_analysis) into USL_HOME; embeddings are cached there, so a rerun skips the encoding.
+"""
+
+import json
+import time
+
+import dagster as dg
+
+from usl_assets.embeddings import SentenceEncoder
+from usl_assets.preferences import assets as preference_assets
+from usl_assets.preferences import tagging_assets
+from usl_assets.preferences.criteria import load_scenarios
+from usl_assets.preferences.tagger import load_scenario_queries
+from usl_assets.resources import default_resources
+
+
+def encoder_throughput(texts: list[str]) -> None:
+    for max_length in (128, 512):
+        encoder = SentenceEncoder(max_length=max_length)
+        started = time.monotonic()
+        encoder.encode(texts)
+        print(f"MiniLM max_length={max_length}: {len(texts) / (time.monotonic() - started):.1f} texts/s "
+              f"({len(texts)} texts, fp32, CPU)")
+
+
+def main() -> None:
+    resources = default_resources()
+    queries, _ = load_scenario_queries(resources["data_dir"].root(), load_scenarios(resources["data_dir"].root()))
+    encoder_throughput(queries["text"].head(200).tolist())
+    started = time.monotonic()
+    result = dg.materialize(
+        [*preference_assets.defs.assets, *tagging_assets.defs.assets, *tagging_assets.defs.asset_checks],
+        resources=resources,
+    )
+    print(f"preference chain materialized in {time.monotonic() - started:.0f}s")
+    for key in ("scenario_tagger", "tagged_preferences", "preference_analysis"):
+        for event in result.asset_materializations_for_node(key):
+            for name, value in event.metadata.items():
+                if name in ("scenario_accuracy", "group_accuracy", "n_train", "n_test", "tagged_by_model",
+                            "criteria_filled", "dagster/row_count") or name.startswith("headline/"):
+                    print(f"{key:<22} {name:<55} {json.dumps(value.value)}")
+    checks = [(c.check_name, c.passed) for c in result.get_asset_check_evaluations()]
+    print("checks:", checks)
+
+
+if __name__ == "__main__":
+    main()
