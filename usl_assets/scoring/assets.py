@@ -1,0 +1,156 @@
+"""Scoring assets: criteria profiles and CRM rewards per model partition (logic in profiles.py and score.py)."""
+
+from pathlib import Path
+
+import dagster as dg
+
+from usl_assets.resources import WAREHOUSE_POOL, DataDir, UslHome, Warehouse
+from usl_assets.responses.assets import model_partitions
+from usl_assets.responses.pools import split_partition_key
+from usl_assets.scoring import profiles as profile_logic
+from usl_assets.scoring import score
+from usl_assets.settings import UslConfigError
+
+GROUP = "scoring"
+CRM_CHECKPOINT_ASSETS = [dg.AssetKey("crm_cross"), dg.AssetKey("crm_factorized")]
+
+
+class ProfilesConfig(dg.Config):
+    profiles_file: str = ""  # a YAML of named profiles; empty = usl_assets/scoring/criteria_profiles.yaml
+
+
+class RewardsConfig(dg.Config):
+    checkpoint: str = ""  # a CRM checkpoint folder; empty = the CRM's current default checkpoint
+    batch_size: int = 16  # sequences per forward pass (responses per embedding batch for the factorized CRM)
+    progress: bool = False  # tqdm bars, for a person watching a terminal
+
+
+@dg.asset(group_name=GROUP, pool=WAREHOUSE_POOL, deps=[dg.AssetKey("scenario_criteria")],
+          description="Criteria profiles: each scenario's Auto-J criteria, named profiles, ad hoc ones.")
+def criteria_profiles(context: dg.AssetExecutionContext, config: ProfilesConfig, data_dir: DataDir,
+                      warehouse: Warehouse) -> dg.MaterializeResult:
+    profiles_file = Path(config.profiles_file).expanduser() if config.profiles_file else \
+        profile_logic.DEFAULT_PROFILES_FILE
+    earlier = warehouse.read_table(profile_logic.PROFILES_TABLE) \
+        if warehouse.table_exists(profile_logic.PROFILES_TABLE) else None
+    profiles, rejected = profile_logic.build_profiles(data_dir.root(), profiles_file, earlier)
+    for bad in rejected:
+        context.log.warning(f"profile {bad.profile!r} not loaded from {profiles_file}: {bad.reason}")
+    warehouse.replace_table(profile_logic.PROFILES_TABLE, profiles, "Criteria profiles the CRM scores under")
+    counts = profiles["kind"].value_counts()
+    rejected_md = "\n".join(f"| {r.profile} | {r.reason} |" for r in rejected)
+    return dg.MaterializeResult(metadata={
+        **warehouse.table_metadata(profile_logic.PROFILES_TABLE),
+        "profiles_file": dg.MetadataValue.path(str(profiles_file)),
+        **{f"{kind}_profiles": int(counts.get(kind, 0)) for kind in ("scenario_default", "named", "adhoc")},
+        "rejected_profiles": len(rejected),
+        "rejected": dg.MetadataValue.md("| profile | reason |\n|---|---|\n" + rejected_md if rejected else "none"),
+    })
+
+
+@dg.asset_check(asset=criteria_profiles, blocking=True,
+                description="Every scenario has a default profile with criteria; names and criteria are unique.")
+def criteria_profiles_complete(warehouse: Warehouse) -> dg.AssetCheckResult:
+    figures = warehouse.query(f"""
+        SELECT count(*) FILTER (WHERE kind = 'scenario_default') AS defaults,
+               count(*) FILTER (WHERE len(criteria) = 0) AS empty,
+               count(*) - count(DISTINCT profile) AS duplicate_names,
+               count(*) FILTER (WHERE kind = 'named') AS named
+        FROM {profile_logic.PROFILES_TABLE}""").iloc[0]
+    return dg.AssetCheckResult(
+        passed=bool(figures["defaults"] > 0 and figures["empty"] == 0 and figures["duplicate_names"] == 0),
+        metadata={name: int(value) for name, value in figures.items()},
+    )
+
+
+def default_checkpoint_id(usl_home_root: Path, configured: str, scorer) -> str:
+    """The id of the CRM's current default checkpoint ("none" when there is none yet)."""
+    if not configured:
+        return scorer.checkpoint_id
+    try:
+        return score.load_scorer(usl_home_root).checkpoint_id
+    except UslConfigError:
+        return "none"
+
+
+CHECKS = {
+    "one_reward_per_response_profile": "Each sampled response has exactly one reward per profile (its scenario "
+                                       "default and every named one), or a quarantine row saying why not.",
+    "rewards_finite": "No NULL, NaN or infinite reward in the partition's rows.",
+    "checkpoint_is_default": "The partition was scored with the CRM's current default checkpoint.",
+}
+
+
+@dg.asset(
+    group_name=GROUP,
+    pool=WAREHOUSE_POOL,
+    partitions_def=model_partitions,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    deps=[criteria_profiles, dg.AssetKey("model_responses"), dg.AssetKey("prompt_sample"), *CRM_CHECKPOINT_ASSETS],
+    check_specs=[dg.AssetCheckSpec(name, asset="response_rewards", description=text)
+                 for name, text in CHECKS.items()],
+    description="CRM reward of each sampled response under its scenario's default profile and every named "
+                "profile (scoring.response_rewards), cached in scoring.reward_cache.",
+)
+def response_rewards(context: dg.AssetExecutionContext, config: RewardsConfig, usl_home: UslHome,
+                     warehouse: Warehouse):
+    if config.batch_size < 1:
+        raise UslConfigError(f"batch_size must be at least 1, got {config.batch_size}")
+    scorer = score.load_scorer(usl_home.root(), config.checkpoint)
+    default_id = default_checkpoint_id(usl_home.root(), config.checkpoint, scorer)
+    profiles = warehouse.query(f"SELECT * FROM {profile_logic.PROFILES_TABLE} WHERE kind <> 'adhoc'")
+    partitions = [split_partition_key(key) for key in context.partition_keys]
+    context.log.info(f"scoring {len(partitions)} model(s) under {len(profiles)} profiles with checkpoint "
+                     f"{scorer.checkpoint_id} ({scorer.architecture}), batch size {config.batch_size}")
+    results, total = [], score.ScoringStats()
+    with warehouse.connect() as conn:
+        for pool, model in partitions:
+            result = score.score_partition(conn, scorer, pool, model, profiles, config.batch_size,
+                                           config.progress, context.log.info)
+            context.log.info(f"{pool}/{model}: {result.responses} responses, {result.stats.scored} scored, "
+                             f"{result.stats.cache_hits} from cache, {result.quarantined} quarantined")
+            results.append((result, score.partition_figures(conn, pool, model),
+                            score.expected_reward_count(conn, pool, model)))
+            total.add(result.stats)
+    responses = sum(r.responses for r, _, _ in results)
+    yield dg.MaterializeResult(metadata={
+        **warehouse.table_metadata(score.REWARDS_TABLE),
+        "checkpoint_id": scorer.checkpoint_id,
+        "architecture": scorer.architecture,
+        "batch_size": config.batch_size,
+        "responses": responses,
+        "rewards_written": sum(r.rewards for r, _, _ in results),
+        "quarantined": sum(r.quarantined for r, _, _ in results),
+        "scored": total.scored,
+        "cache_hits": total.cache_hits,
+        "responses_embedded": total.embedded,
+        "scoring_seconds": round(total.seconds, 2),
+        "rate_scored_per_s": round(total.rate, 2),
+        "rate_responses_per_s": round(responses / total.seconds, 2) if total.seconds > 0 else 0.0,
+    })
+    yield from partition_checks(results, default_id)
+
+
+def partition_checks(results: list, default_checkpoint_id: str):
+    per_model = {f"{r.pool}/{r.model}": (r, figures, expected) for r, figures, expected in results}
+    missing = {name: expected - figures["rows"] - figures["quarantined"]
+               for name, (_, figures, expected) in per_model.items()}
+    duplicates = {name: figures["duplicates"] for name, (_, figures, _) in per_model.items()}
+    yield dg.AssetCheckResult(
+        check_name="one_reward_per_response_profile",
+        passed=not any(missing.values()) and not any(duplicates.values()),
+        metadata={"missing": sum(missing.values()), "duplicates": sum(duplicates.values()),
+                  "models_with_problems": ", ".join(n for n in per_model if missing[n] or duplicates[n]) or "none"},
+    )
+    non_finite = sum(figures["non_finite"] for _, figures, _ in per_model.values())
+    yield dg.AssetCheckResult(check_name="rewards_finite", passed=non_finite == 0,
+                              metadata={"non_finite": non_finite})
+    stale = sorted({cid for _, figures, _ in per_model.values() for cid in figures["checkpoints"]}
+                   - {default_checkpoint_id})
+    yield dg.AssetCheckResult(
+        check_name="checkpoint_is_default", passed=not stale, severity=dg.AssetCheckSeverity.WARN,
+        metadata={"default_checkpoint": default_checkpoint_id, "other_checkpoints": ", ".join(stale) or "none"},
+    )
+
+
+defs = dg.Definitions(assets=[criteria_profiles, response_rewards], asset_checks=[criteria_profiles_complete])
