@@ -41,10 +41,16 @@ def materialization_status(instance: dg.DagsterInstance) -> list[tuple[str, str]
     """(asset key, last materialization time or 'never') for every asset of the code location."""
     from usl_assets.definitions import defs
 
+    graph = defs.resolve_asset_graph()
     rows = []
-    for key in sorted(defs.resolve_asset_graph().get_all_asset_keys(), key=lambda k: k.to_user_string()):
+    for key in sorted(graph.materializable_asset_keys, key=lambda k: k.to_user_string()):
         event = instance.get_latest_materialization_event(key)
         when = "never" if event is None else _format_time(event.timestamp)
+        partitions_def = graph.get(key).partitions_def
+        if partitions_def is not None and event is not None:
+            done = len(instance.get_materialized_partitions(key))
+            total = len(partitions_def.get_partition_keys(dynamic_partitions_store=instance))
+            when += f" ({done}/{total} model partitions)"
         rows.append((key.to_user_string(), when))
     return rows
 

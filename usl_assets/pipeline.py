@@ -40,26 +40,47 @@ def run_graph(
     log: Callable[[str], None] = print,
     tags: dict | None = None,
     op_config: dict | None = None,
+    only_partitions: list[str] | None = None,
 ) -> list[PhaseResult]:
-    """`op_config` maps an asset name to its config (e.g. smaller slices); each phase gets its own assets'."""
-    from usl_assets.definitions import defs
+    """`op_config` maps an asset name to its config (e.g. smaller slices); each phase gets its own assets'.
+    `only_partitions` limits the model partitions materialized (all public models are registered either way)."""
+    from usl_assets.definitions import build_definitions
     from usl_assets.responses.assets import register_public_models
 
-    if resources is not None:
-        defs = dg.Definitions.merge(defs, dg.Definitions(resources=resources))
+    defs = build_definitions(resources)
     job = defs.resolve_implicit_global_asset_job_def()
     before, partitioned, after = plan_phases(defs.resolve_asset_graph())
-    data_root = (resources or defs.resources)["data_dir"].root()
+    data_root = defs.resources["data_dir"].root()
     run = lambda name, keys, extra, **kw: _execute(  # noqa: E731
         job, instance, name, keys, extra, tags, log, _phase_config(op_config, keys), **kw)
     results = [run("upstream of the model partitions", before, {})]
-    partition_keys = register_public_models(instance, data_root)
-    log(f"registered {len(partition_keys)} model partitions")
-    range_tags = {ASSET_PARTITION_RANGE_START_TAG: partition_keys[0], ASSET_PARTITION_RANGE_END_TAG: partition_keys[-1]}
-    results.append(run("model partitions", partitioned, range_tags, partitions=len(partition_keys)))
+    registered = register_public_models(instance, data_root)
+    log(f"registered {len(registered)} model partitions")
+    for first, last, count in partition_ranges(instance, only_partitions):
+        range_tags = {ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last}
+        results.append(run("model partitions", partitioned, range_tags, partitions=count))
     if after:
         results.append(run("leaderboards", after, {}))
     return results
+
+
+def partition_ranges(instance: dg.DagsterInstance, only: list[str] | None) -> list[tuple[str, str, int]]:
+    """Contiguous runs of wanted keys, in the instance's partition order: (first, last, count) each."""
+    from usl_assets.responses.assets import model_partitions
+
+    keys = instance.get_dynamic_partitions(model_partitions.name)
+    wanted = set(keys if only is None else only)
+    unknown = wanted - set(keys)
+    if unknown:
+        raise ValueError(f"unknown model partitions: {sorted(unknown)}")
+    ranges, current = [], []
+    for key in keys + [None]:
+        if key in wanted:
+            current.append(key)
+        elif current:
+            ranges.append((current[0], current[-1], len(current)))
+            current = []
+    return ranges
 
 
 def _phase_config(op_config: dict | None, keys: list[dg.AssetKey]) -> dict:

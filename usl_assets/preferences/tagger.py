@@ -1,4 +1,10 @@
-"""The scenario tagger: MiniLM embeddings of a user query + logistic regression over Auto-J's scenarios.
+"""The scenario tagger: MiniLM embeddings of a user query, side by side with TF-IDF word and character n-grams
+of its text, + logistic regression over Auto-J's scenarios.
+
+Measured by 5-fold cross-validation on the training queries only (scenario / group accuracy): MiniLM alone
+0.428 / 0.580; + word and char TF-IDF 0.549 / 0.671 (C=10), 0.553 / 0.675 (C=5), 0.543 / 0.663 (C=30);
+embeddings weighted x2 0.514 / 0.640; TF-IDF alone 0.492 / 0.630; 256 tokens 0.543 / 0.663. Hence the
+defaults: 128 tokens, C=5, both blocks at unit weight (each row of each block has unit L2 norm).
 
 Trained on Auto-J's labelled scenario queries. Its labels are the 58 scenarios of Auto-J's 8 groups (the
 scenarios the criteria and the pairwise data use). The query files carry three other categories, all relabelled
@@ -9,6 +15,7 @@ to `others` (Auto-J's catch-all, "Respond to the user's query"):
 """
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +25,11 @@ import json
 import joblib
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
+from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedKFold
+from sklearn.pipeline import FeatureUnion
 
 from usl_assets.embeddings import Progress, SentenceEncoder, encode_cached
 from usl_assets.preferences.criteria import Scenarios
@@ -35,6 +46,9 @@ FALLBACK_SCENARIO = "others"
 TAGGER_DIR = ("models", "scenario_tagger")
 TAGGER_FILE = "tagger.joblib"
 EMBEDDING_CACHE_DIR = ("cache", "embeddings")
+# TF-IDF reads the first characters of a query only: the instruction comes first, and long pasted documents
+# would otherwise dominate the n-grams and the fit time.
+TFIDF_MAX_CHARS = 2000
 
 
 def grouped_scenarios(scenarios: Scenarios) -> dict[str, str]:
@@ -79,11 +93,30 @@ def stratified_subset(queries: pd.DataFrame, per_scenario: int, seed: int) -> pd
     return pd.concat([sampled, queries[queries["split"] == "test"]]).reset_index(drop=True)
 
 
-def train_classifier(vectors: np.ndarray, labels: Sequence[str], regularization: float,
+def text_feature_union() -> FeatureUnion:
+    """Word 1-2-grams and char_wb 2-5-grams, sublinear TF-IDF, terms in at least 2 training queries."""
+    return FeatureUnion([
+        ("word", TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)),
+        ("char", TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), min_df=2, sublinear_tf=True,
+                                 max_features=100_000)),
+    ])
+
+
+def clean_texts(texts: Sequence[object]) -> list[str]:
+    return [text if isinstance(text, str) else "" for text in texts]
+
+
+def combined_features(vectors: np.ndarray, texts: Sequence[str], text_features: FeatureUnion) -> sp.csr_matrix:
+    """[MiniLM vector | TF-IDF of the text] per row, with `text_features` already fitted."""
+    tfidf = text_features.transform([text[:TFIDF_MAX_CHARS] for text in texts])
+    return sp.hstack([sp.csr_matrix(vectors), tfidf], format="csr")
+
+
+def train_classifier(features: sp.csr_matrix, labels: Sequence[str], regularization: float,
                      seed: int) -> LogisticRegression:
     # Balanced class weights: unweighted, the large `others` class took 30% of test predictions (measured).
     classifier = LogisticRegression(C=regularization, max_iter=3000, class_weight="balanced", random_state=seed)
-    return classifier.fit(vectors, np.asarray(labels))
+    return classifier.fit(features, np.asarray(labels))
 
 
 @dataclass
@@ -91,6 +124,7 @@ class ScenarioTagger:
     """A trained tagger; `predict(texts)` gives scenario, scenario_group and confidence (top probability)."""
 
     classifier: LogisticRegression
+    text_features: FeatureUnion
     group_of: dict[str, str]
     max_length: int
     cache_root: Path | None = None
@@ -104,19 +138,20 @@ class ScenarioTagger:
         return self._encoder
 
     def embed(self, texts: Sequence[str], progress: Progress | None = None) -> np.ndarray:
-        clean = [text if isinstance(text, str) else "" for text in texts]
+        clean = clean_texts(texts)
         if self.cache_root is None:
             return self.encoder.encode(clean, progress=progress)
         vectors, _ = encode_cached(self.encoder, clean, self.cache_root, progress=progress)
         return vectors
 
     def predict(self, texts: Sequence[str], progress: Progress | None = None) -> pd.DataFrame:
-        return self.predict_vectors(self.embed(texts, progress=progress))
+        return self.predict_embedded(clean_texts(texts), self.embed(texts, progress=progress))
 
-    def predict_vectors(self, vectors: np.ndarray) -> pd.DataFrame:
+    def predict_embedded(self, texts: Sequence[str], vectors: np.ndarray) -> pd.DataFrame:
+        """Predictions for `texts` whose MiniLM vectors are `vectors` (same order)."""
         if len(vectors) == 0:
             return pd.DataFrame({"scenario": [], "scenario_group": [], "confidence": []})
-        probabilities = self.classifier.predict_proba(vectors)
+        probabilities = self.classifier.predict_proba(combined_features(vectors, texts, self.text_features))
         best = probabilities.argmax(axis=1)
         scenario = self.classifier.classes_[best]
         return pd.DataFrame({
@@ -151,23 +186,50 @@ def evaluate(predicted: pd.DataFrame, actual: pd.DataFrame) -> tuple[dict, pd.Da
 def fit_tagger(queries: pd.DataFrame, group_of: dict[str, str], max_length: int, regularization: float,
                seed: int, cache_root: Path | None, log_progress: Callable[[str], None] = log.info,
                ) -> tuple[ScenarioTagger, dict, pd.DataFrame]:
-    """Embed the queries, train on the train split, evaluate on the test split."""
-    tagger = ScenarioTagger(classifier=None, group_of=group_of, max_length=max_length, cache_root=cache_root)
-    texts = queries["text"].tolist()
+    """Embed the queries, fit TF-IDF and the classifier on the train split, evaluate on the test split."""
+    tagger = ScenarioTagger(classifier=None, text_features=text_feature_union(), group_of=group_of,
+                            max_length=max_length, cache_root=cache_root)
+    texts = np.asarray(clean_texts(queries["text"].tolist()), dtype=object)
 
     def report(done: int, total: int, seconds: float) -> None:
         if done == total or done % 512 < tagger.encoder.batch_size:
             log_progress(f"embedded {done}/{total} queries ({done / max(seconds, 1e-6):.1f}/s)")
 
-    vectors = tagger.embed(texts, progress=report)
+    vectors = tagger.embed(texts.tolist(), progress=report)
     is_train = (queries["split"] == "train").to_numpy()
-    tagger.classifier = train_classifier(vectors[is_train], queries.loc[is_train, "scenario"], regularization, seed)
+    tagger.text_features.fit([text[:TFIDF_MAX_CHARS] for text in texts[is_train]])
+    features = combined_features(vectors[is_train], texts[is_train].tolist(), tagger.text_features)
+    started = time.monotonic()
+    tagger.classifier = train_classifier(features, queries.loc[is_train, "scenario"], regularization, seed)
+    log_progress(f"classifier fitted on {features.shape[0]} queries x {features.shape[1]:,} features "
+                 f"in {time.monotonic() - started:.1f}s")
     test = queries[~is_train].reset_index(drop=True)
-    overall, per_group = evaluate(tagger.predict_vectors(vectors[~is_train]), test)
+    overall, per_group = evaluate(tagger.predict_embedded(texts[~is_train].tolist(), vectors[~is_train]), test)
     overall |= {"n_train": int(is_train.sum()), "n_scenarios": int(len(tagger.classifier.classes_)),
                 "max_length": max_length, "regularization": regularization}
     tagger.metrics = overall
     return tagger, overall, per_group
+
+
+def cross_validated_accuracy(train: pd.DataFrame, vectors: np.ndarray, group_of: dict[str, str],
+                             regularization: float, folds: int = 5, seed: int = 0) -> dict:
+    """Mean scenario and group accuracy over stratified folds of the training queries (how C is tuned: the
+    test split is never looked at). `vectors` are the MiniLM vectors of `train`, row for row."""
+    texts = np.asarray(clean_texts(train["text"].tolist()), dtype=object)
+    labels = train["scenario"].to_numpy()
+    hits = []
+    for fit_rows, held_rows in StratifiedKFold(folds, shuffle=True, random_state=seed).split(texts, labels):
+        tagger = ScenarioTagger(classifier=None, text_features=text_feature_union(), group_of=group_of,
+                                max_length=0)
+        tagger.text_features.fit([text[:TFIDF_MAX_CHARS] for text in texts[fit_rows]])
+        features = combined_features(vectors[fit_rows], texts[fit_rows].tolist(), tagger.text_features)
+        tagger.classifier = train_classifier(features, labels[fit_rows], regularization, seed)
+        overall, _ = evaluate(tagger.predict_embedded(texts[held_rows].tolist(), vectors[held_rows]),
+                              train.iloc[held_rows])
+        hits.append((overall["scenario_accuracy"], overall["group_accuracy"]))
+    scenario_accuracy, group_accuracy = np.mean(hits, axis=0)
+    return {"regularization": regularization, "folds": folds, "scenario_accuracy": float(scenario_accuracy),
+            "group_accuracy": float(group_accuracy)}
 
 
 def tagger_dir(usl_home_root: Path) -> Path:
@@ -178,8 +240,8 @@ def save_tagger(tagger: ScenarioTagger, usl_home_root: Path) -> Path:
     folder = tagger_dir(usl_home_root)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / TAGGER_FILE
-    state = {"classifier": tagger.classifier, "group_of": tagger.group_of, "max_length": tagger.max_length,
-             "metrics": tagger.metrics}
+    state = {"classifier": tagger.classifier, "text_features": tagger.text_features, "group_of": tagger.group_of,
+             "max_length": tagger.max_length, "metrics": tagger.metrics}
     joblib.dump(state, target.with_suffix(".partial"))
     target.with_suffix(".partial").replace(target)
     return target
@@ -191,7 +253,11 @@ def load_tagger(usl_home_root: Path) -> ScenarioTagger:
     if not path.exists():
         raise UslConfigError(f"no scenario tagger at {path}: materialize the asset scenario_tagger first")
     state = joblib.load(path)
-    return ScenarioTagger(classifier=state["classifier"], group_of=state["group_of"],
+    if "text_features" not in state:
+        raise UslConfigError(f"the scenario tagger at {path} predates the TF-IDF features: materialize the asset "
+                             f"scenario_tagger again")
+    return ScenarioTagger(classifier=state["classifier"], text_features=state["text_features"],
+                          group_of=state["group_of"],
                           max_length=state["max_length"], metrics=state["metrics"],
                           cache_root=Path(usl_home_root).joinpath(*EMBEDDING_CACHE_DIR))
 

@@ -45,7 +45,7 @@ def pool_prompts(
 
 
 class PromptSampleConfig(dg.Config):
-    per_scenario: int = 16  # prompts drawn per (pool, scenario) for scoring
+    per_scenario: int = 4  # prompts drawn per (pool, scenario) for scoring (embedded default; full_pool for all)
     full_pool: bool = False  # true: every prompt is sampled
     seed: int = 0
 

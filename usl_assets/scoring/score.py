@@ -223,6 +223,19 @@ def _score_cross(conn, scorer, missing, batch_size, progress, log, stats) -> pd.
     return pd.concat(parts, ignore_index=True)
 
 
+_CRITERIA_ROWS: dict[tuple[str, str], np.ndarray] = {}  # (checkpoint_id, criteria_hash) -> embedded criteria
+
+
+def embedded_criteria(scorer: RewardScorer, profiles: pd.DataFrame) -> dict[str, np.ndarray]:
+    """criteria_hash -> embedding, one batched encoder pass for the profiles this process has not embedded yet
+    (a run scores many partitions under the same few dozen profiles)."""
+    new = profiles[[(scorer.checkpoint_id, h) not in _CRITERIA_ROWS for h in profiles["criteria_hash"]]]
+    if len(new):
+        rows = np.asarray(scorer.embed_criteria([tuple(c) for c in new["criteria"]]), dtype=np.float32)
+        _CRITERIA_ROWS.update({(scorer.checkpoint_id, h): row for h, row in zip(new["criteria_hash"], rows)})
+    return {h: _CRITERIA_ROWS[(scorer.checkpoint_id, h)] for h in profiles["criteria_hash"]}
+
+
 def _score_factorized(conn, scorer, missing, batch_size, progress, log, stats) -> pd.DataFrame:
     responses = missing.drop_duplicates("input_hash")
     embedded = cached_embeddings(conn, scorer.checkpoint_id, responses["input_hash"].tolist())
@@ -239,8 +252,9 @@ def _score_factorized(conn, scorer, missing, batch_size, progress, log, stats) -
         log(f"embedded {done:,}/{len(to_embed):,} responses, {done / (time.perf_counter() - started):.1f}/s")
     stats.embedded = len(to_embed)
     parts = []
-    for _, group in missing.groupby("criteria_hash", sort=False):
-        criteria_row = np.asarray(scorer.embed_criteria([tuple(group["criteria"].iloc[0])]))[0]
+    criteria_rows = embedded_criteria(scorer, missing.drop_duplicates("criteria_hash"))
+    for criteria_hash, group in missing.groupby("criteria_hash", sort=False):
+        criteria_row = criteria_rows[criteria_hash]
         response_rows = np.stack([embedded[h] for h in group["input_hash"]])
         rewards = np.asarray(scorer.score_embedded(response_rows, criteria_row), dtype=float).reshape(-1)
         parts.append(group[["criteria_hash", "input_hash"]].assign(reward=rewards))

@@ -1,0 +1,188 @@
+"""Evaluation of CRMs against baselines on the held-out splits, and of a user's own preference file.
+
+A pair counts as right when the chosen response gets the strictly higher reward; equal rewards count as wrong
+(so a constant scorer gets 0, not 0.5). `length_baseline` scores a response by its length in characters.
+"""
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from usl_assets.crm.interface import ScoreItem
+from usl_assets.crm.model import NEUTRAL_CRITERIA
+
+TEST_SPLITS = ("human_heldout", "new_scenario", "new_criteria", "criteria_reversed", "pandalm_majority")
+VARIANTS = ("crm", "crm_cross", "crm_factorized", "crm_no_criteria", "base_model", "length_baseline")
+Log = Callable[[str], None]
+
+
+def stable_rank(key: str, seed: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:8], "big")
+
+
+def sample_test_pairs(pairs: pd.DataFrame, max_per_split: int | None, seed: int) -> pd.DataFrame:
+    """The test splits' pairs, at most `max_per_split` per split, chosen by a seeded hash of pair_id."""
+    test = pairs[pairs["split"].isin(TEST_SPLITS)].copy()
+    test["_rank"] = [stable_rank(str(pid), seed) for pid in test["pair_id"]]
+    test = test.sort_values(["split", "_rank"])
+    if max_per_split:
+        test = test.groupby("split", sort=False).head(max_per_split)
+    return test.drop(columns="_rank").reset_index(drop=True)
+
+
+def pair_rewards(pairs: pd.DataFrame, scorer, criteria_override: tuple[str, ...] | None = None,
+                 batch_size: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """Rewards of chosen and rejected per pair; each distinct (prompt, response, criteria) is scored once."""
+    items, index = [], {}
+    keys_chosen, keys_rejected = [], []
+    for prompt, chosen, rejected, criteria in zip(pairs["prompt"], pairs["chosen"], pairs["rejected"],
+                                                  pairs["criteria"]):
+        profile = criteria_override if criteria_override is not None else tuple(criteria)
+        for response, keys in ((chosen, keys_chosen), (rejected, keys_rejected)):
+            item = ScoreItem(str(prompt), str(response), tuple(str(c) for c in profile))
+            if item not in index:
+                index[item] = len(items)
+                items.append(item)
+            keys.append(index[item])
+    rewards = scorer.score(items, batch_size=batch_size) if items else np.zeros(0, dtype=np.float32)
+    return rewards[keys_chosen], rewards[keys_rejected]
+
+
+def length_rewards(pairs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    return (np.array([len(str(x)) for x in pairs["chosen"]], dtype=np.float64),
+            np.array([len(str(x)) for x in pairs["rejected"]], dtype=np.float64))
+
+
+def per_pair_results(pairs: pd.DataFrame, variant: str, chosen: np.ndarray, rejected: np.ndarray) -> pd.DataFrame:
+    return pd.DataFrame({
+        "pair_id": pairs["pair_id"].to_numpy(),
+        "split": pairs["split"].to_numpy(),
+        "scenario": pairs["scenario"].to_numpy(),
+        "scenario_group": pairs["scenario_group"].to_numpy(),
+        "chosen_is_longer": pairs["chosen_is_longer"].astype(bool).to_numpy(),
+        "variant": variant,
+        "reward_chosen": chosen.astype(np.float64),
+        "reward_rejected": rejected.astype(np.float64),
+        "correct": chosen > rejected,
+    })
+
+
+def summarize(results: pd.DataFrame) -> pd.DataFrame:
+    """One row per (split, variant): n, accuracy, and accuracy where the preferred response is the shorter."""
+    rows = []
+    for (split, variant), group in results.groupby(["split", "variant"], sort=True):
+        shorter = group[~group["chosen_is_longer"]]
+        longer = group[group["chosen_is_longer"]]
+        rows.append({
+            "split": split,
+            "variant": variant,
+            "n": len(group),
+            "accuracy": float(group["correct"].mean()),
+            "n_shorter_preferred": len(shorter),
+            "accuracy_shorter_preferred": float(shorter["correct"].mean()) if len(shorter) else float("nan"),
+            "accuracy_longer_preferred": float(longer["correct"].mean()) if len(longer) else float("nan"),
+        })
+    return pd.DataFrame(rows)
+
+
+def summarize_by_scenario(results: pd.DataFrame) -> pd.DataFrame:
+    grouped = results.assign(scenario=results["scenario"].fillna("(none)"),
+                             scenario_group=results["scenario_group"].fillna("(none)"))
+    out = (grouped.groupby(["scenario", "scenario_group", "variant"], sort=True)["correct"]
+           .agg(n="size", accuracy="mean").reset_index())
+    out["accuracy"] = out["accuracy"].astype(float)
+    return out
+
+
+def evaluate_variants(pairs: pd.DataFrame, scorers: dict[str, object], default_variant: str,
+                      no_criteria_scorer=None, log: Log = print, batch_size: int = 16) -> pd.DataFrame:
+    """Per-pair results of every variant. `scorers`: variant → RewardScorer (crm_cross, crm_factorized,
+    base_model); `crm` reuses `default_variant`'s rewards; crm_no_criteria scores with the neutral criteria."""
+    frames = [per_pair_results(pairs, "length_baseline", *length_rewards(pairs))]
+    for variant, scorer in scorers.items():
+        log(f"evaluating {variant} on {len(pairs)} pairs")
+        rewards = pair_rewards(pairs, scorer, batch_size=batch_size)
+        frames.append(per_pair_results(pairs, variant, *rewards))
+        if variant == default_variant:
+            frames.append(per_pair_results(pairs, "crm", *rewards))
+    if no_criteria_scorer is not None:
+        log(f"evaluating crm_no_criteria on {len(pairs)} pairs")
+        frames.append(per_pair_results(pairs, "crm_no_criteria",
+                                       *pair_rewards(pairs, no_criteria_scorer, NEUTRAL_CRITERIA, batch_size)))
+    return pd.concat(frames, ignore_index=True)
+
+
+def accuracy_of(evaluation: pd.DataFrame, split: str, variant: str) -> float | None:
+    found = evaluation[(evaluation["split"] == split) & (evaluation["variant"] == variant)]
+    return float(found["accuracy"].iloc[0]) if len(found) else None
+
+
+def markdown_table(evaluation: pd.DataFrame) -> str:
+    table = evaluation.pivot(index="split", columns="variant", values="accuracy")
+    columns = [v for v in VARIANTS if v in table.columns]
+    lines = ["| split | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for split, row in table.iterrows():
+        lines.append(f"| {split} | " + " | ".join(f"{row[c]:.3f}" for c in columns) + " |")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A user's preference file (docs/user_preferences.md's canonical JSONL)
+
+
+def _last_assistant(conversation) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The last assistant turn and the turns before it, after the first user turn (the prompt)."""
+    turns = [(str(t["role"]), str(t["content"])) for t in conversation]
+    last = max(i for i, (role, _) in enumerate(turns) if role == "assistant")
+    first_user = next(i for i, (role, _) in enumerate(turns) if role == "user")
+    return turns[last][1], tuple(turns[first_user + 1:last])
+
+
+def read_preference_file(path: Path) -> tuple[list[dict], list[dict]]:
+    """(pairs, quarantined): each scorable non-tie line as a pair; every other line with its reason."""
+    pairs, quarantined = [], []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                pairs.append(_preference_pair(json.loads(line)))
+            except (ValueError, KeyError, TypeError, StopIteration) as error:
+                reason = str(error) or type(error).__name__
+                quarantined.append({"line": number, "reason": f"{type(error).__name__}: {reason}"[:200]})
+    return pairs, quarantined
+
+
+def _preference_pair(row: dict) -> dict:
+    winner = row["human_winner"]
+    if winner not in ("model_a", "model_b", "tie"):
+        raise ValueError(f"human_winner must be model_a, model_b or tie, not {winner!r}")
+    response_a, history_a = _last_assistant(row["model_a"])
+    response_b, history_b = _last_assistant(row["model_b"])
+    winner_criteria = row.get("a_criteria") if winner != "model_b" else row.get("b_criteria")
+    return {"idx": str(row["idx"]), "prompt": str(row["prompt"]), "response_a": response_a,
+            "response_b": response_b, "history": history_a, "human_winner": winner,
+            "criteria": tuple(str(c) for c in (winner_criteria or ()))}
+
+
+def score_preference_pairs(pairs: list[dict], scorer, batch_size: int = 16) -> pd.DataFrame:
+    """Per pair: both rewards under the winner's criteria, the predicted winner and whether it matches."""
+    items = []
+    for pair in pairs:
+        items += [ScoreItem(pair["prompt"], pair["response_a"], pair["criteria"], pair["history"]),
+                  ScoreItem(pair["prompt"], pair["response_b"], pair["criteria"], pair["history"])]
+    rewards = scorer.score(items, batch_size=batch_size, progress=True) if items else np.zeros(0)
+    out = pd.DataFrame({
+        "idx": [p["idx"] for p in pairs],
+        "human_winner": [p["human_winner"] for p in pairs],
+        "reward_a": rewards[0::2].astype(float),
+        "reward_b": rewards[1::2].astype(float),
+    })
+    out["predicted_winner"] = np.where(out["reward_a"] > out["reward_b"], "model_a",
+                                       np.where(out["reward_b"] > out["reward_a"], "model_b", "tie"))
+    out["correct"] = (out["human_winner"] != "tie") & (out["predicted_winner"] == out["human_winner"])
+    return out

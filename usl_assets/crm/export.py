@@ -1,0 +1,137 @@
+"""Exports that work without this project.
+
+- cross: adapter merged into the backbone, saved as a plain Hugging Face folder (config, safetensors, tokenizer
+  with its chat template) that `AutoModelForSequenceClassification.from_pretrained` loads; `usl_crm.json` holds
+  the system-prompt format.
+- factorized: the merged encoder (`encoder/`), the head (`head.safetensors`, `head.json`), the feature code
+  (`usl_features.py`, a copy of crm/features.py) and `load_factorized.py`, the short loader docs/crm.md shows.
+- test splits: the paper's JSONL (idx, prompt, model_a, model_b, criteria, preference), one file per split.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from usl_assets.crm import features as features_module
+from usl_assets.crm.evaluate import TEST_SPLITS, stable_rank
+from usl_assets.crm.model import CRITERIA_INTRO, SYSTEM_PREAMBLE
+from usl_assets.crm.scorer import _checkpoint_backbone, load_factorized_parts, load_merged_cross
+from usl_assets.crm.train import read_checkpoint_info
+
+FACTORIZED_LOADER = '''"""Load the exported factorized CRM with torch + transformers only (see docs/crm.md)."""
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModel, AutoTokenizer
+
+from usl_features import feature_matrix
+
+
+class Head(torch.nn.Module):
+    def __init__(self, dim, n_features, hidden):
+        super().__init__()
+        self.register_buffer("feature_mean", torch.zeros(n_features))
+        self.register_buffer("feature_std", torch.ones(n_features))
+        self.criteria_to_features = torch.nn.Linear(dim, n_features)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(3 * dim + 2 * n_features, hidden), torch.nn.GELU(),
+                                       torch.nn.Dropout(0.1), torch.nn.Linear(hidden, 1))
+
+    def forward(self, response, query, criteria, features):
+        f = (features - self.feature_mean) / self.feature_std
+        x = torch.cat([response, criteria * response, query * response, f, self.criteria_to_features(criteria) * f], -1)
+        return self.mlp(x).squeeze(-1)
+
+
+def load(folder):
+    folder = Path(folder)
+    shape = json.loads((folder / "head.json").read_text())
+    head = Head(shape["dim"], shape["n_features"], shape["hidden"])
+    head.load_state_dict(load_file(folder / "head.safetensors"))
+    encoder = AutoModel.from_pretrained(folder / "encoder").eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder / "encoder")
+
+    def embed(texts, max_length):
+        batch = tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        hidden = encoder(**batch).last_hidden_state
+        return torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
+
+    @torch.inference_mode()
+    def score(prompt, responses, criteria):
+        """Rewards of `responses` to `prompt` under `criteria` (a list of lines)."""
+        n, half = len(responses), shape["max_length"] // 2
+        crit_text = "\\n".join(f"* {c}" for c in criteria) if criteria else "* (no criteria)"
+        c = embed([crit_text], half).expand(n, -1)
+        q = embed([prompt], half).expand(n, -1)
+        r = embed(list(responses), shape["max_length"])
+        return head.eval()(r, q, c, torch.as_tensor(feature_matrix(list(responses)))).tolist()
+
+    return score
+'''
+
+
+def export_cross(checkpoint_dir: Path, out_dir: Path) -> Path:
+    info = read_checkpoint_info(checkpoint_dir)
+    model, tokenizer = load_merged_cross(checkpoint_dir, _checkpoint_backbone(info))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.to("cpu").save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    (out_dir / "usl_crm.json").write_text(json.dumps({
+        "checkpoint_id": info["checkpoint_id"],
+        "backbone": info["backbone"]["identity"],
+        "kind": info["backbone"]["kind"],
+        "max_length": info["hyperparameters"]["max_length"],
+        "system_prompt": f"{SYSTEM_PREAMBLE} {CRITERIA_INTRO}\n* <criterion>\n* <criterion>",
+        "input": ("decoder: chat template of [system, user, assistant]; encoder: text pair "
+                  "(system prompt + \\n\\n + prompt, response)"),
+        "reward": "logits[:, 0]; only differences under the same criteria mean anything",
+    }, indent=2), encoding="utf-8")
+    return out_dir
+
+
+def export_factorized(checkpoint_dir: Path, out_dir: Path) -> Path:
+    info = read_checkpoint_info(checkpoint_dir)
+    encoder, tokenizer, _ = load_factorized_parts(checkpoint_dir, _checkpoint_backbone(info))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    encoder.to("cpu").save_pretrained(out_dir / "encoder")
+    tokenizer.save_pretrained(out_dir / "encoder")
+    for name in ("head.safetensors", "head.json"):
+        shutil.copyfile(checkpoint_dir / name, out_dir / name)
+    shutil.copyfile(features_module.__file__, out_dir / "usl_features.py")
+    (out_dir / "load_factorized.py").write_text(FACTORIZED_LOADER, encoding="utf-8")
+    return out_dir
+
+
+def paper_rows(pairs: pd.DataFrame, seed: int = 0) -> list[dict]:
+    """The paper's test format; the chosen side is put at model_a or model_b by a seeded hash of pair_id."""
+    rows = []
+    for row in pairs.itertuples(index=False):
+        chosen_first = stable_rank(str(row.pair_id), seed) % 2 == 0
+        a, b = (row.chosen, row.rejected) if chosen_first else (row.rejected, row.chosen)
+        rows.append({
+            "idx": str(row.pair_id),
+            "prompt": str(row.prompt),
+            "model_a": [{"role": "user", "content": str(row.prompt)}, {"role": "assistant", "content": str(a)}],
+            "model_b": [{"role": "user", "content": str(row.prompt)}, {"role": "assistant", "content": str(b)}],
+            "criteria": [str(c) for c in row.criteria],
+            "preference": "model_a" if chosen_first else "model_b",
+        })
+    return rows
+
+
+def export_test_splits(pairs: pd.DataFrame, out_dir: Path) -> dict[str, int]:
+    """One JSONL per test split under out_dir/test_splits/; returns rows written per split."""
+    target = out_dir / "test_splits"
+    target.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for split in TEST_SPLITS:
+        rows = paper_rows(pairs[pairs["split"] == split])
+        with open(target / f"{split}.jsonl", "w", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        written[split] = len(rows)
+    return written

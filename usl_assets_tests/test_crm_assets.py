@@ -1,0 +1,82 @@
+"""The CRM assets materialized with tiny backbones over a small crm.training_pairs slice of real Auto-J pairs."""
+
+import json
+
+import dagster as dg
+import pytest
+
+from usl_assets.crm.assets import (CrmSettings, crm_backbone_smollm2, crm_beats_length_on_criteria_reversed,
+                                   crm_beats_no_criteria_on_criteria_reversed, crm_cross, crm_evaluation,
+                                   crm_factorized)
+from usl_assets.crm.scorer import default_checkpoint, load_scorer
+from usl_assets_tests.test_crm_model import autoj_pairs, tiny_encoder  # noqa: F401 (fixture)
+
+
+def tiny_settings(tiny_backbone, tiny_encoder, **changes) -> CrmSettings:  # noqa: F811
+    base = dict(backbone=str(tiny_backbone), factorized_backbone=str(tiny_encoder), architecture="factorized",
+                max_length=96, max_steps=4, batch_size=4, lr=5e-3, lora_r=4, head_epochs=10, checkpoint_every=2,
+                eval_pairs_per_split=12)
+    return CrmSettings(**{**base, **changes})
+
+
+def test_crm_assets_train_both_architectures_and_evaluate_them_against_the_baselines(
+        usl_env, shared_data_dir, tiny_backbone, tiny_encoder):  # noqa: F811
+    usl_env["warehouse"].replace_table("crm.training_pairs", autoj_pairs(shared_data_dir, limit=36))
+    resources = {**usl_env, "crm_settings": tiny_settings(tiny_backbone, tiny_encoder)}
+    result = dg.materialize(
+        [crm_cross, crm_factorized, crm_evaluation, crm_beats_length_on_criteria_reversed,
+         crm_beats_no_criteria_on_criteria_reversed],
+        resources=resources,
+    )
+    assert result.success
+    cross_meta = result.asset_materializations_for_node("crm_cross")[0].metadata
+    assert cross_meta["steps"].value == 4 and cross_meta["pairs_per_second"].value > 0
+    assert {"final_loss", "peak_memory_mb", "tokens_per_second", "validation_human_heldout_accuracy"} <= set(
+        cross_meta)
+    home = usl_env["usl_home"].root()
+    factorized_dir = default_checkpoint(home)
+    assert factorized_dir.parent.name == "factorized"
+    info = json.loads((factorized_dir / "crm.json").read_text())
+    assert info["training_data_hash"] and info["hyperparameters"]["max_steps"] == 4 and info["metrics"]
+    assert load_scorer(default_checkpoint(home, "cross")).architecture == "cross"
+
+    evaluation = usl_env["warehouse"].read_table("crm.evaluation")
+    assert set(evaluation["variant"]) == {"crm", "crm_cross", "crm_factorized", "crm_no_criteria", "base_model",
+                                          "length_baseline"}
+    assert set(evaluation["split"]) == {"human_heldout", "criteria_reversed"}
+    assert evaluation["n"].max() <= 12 and evaluation["accuracy"].between(0, 1).all()
+    reversed_length = evaluation.query("split == 'criteria_reversed' and variant == 'length_baseline'")
+    assert reversed_length["accuracy"].iloc[0] == 0.0  # every reversed pair prefers the shorter response
+    crm = evaluation.query("variant == 'crm'").set_index("split")["accuracy"]
+    factorized = evaluation.query("variant == 'crm_factorized'").set_index("split")["accuracy"]
+    assert crm.equals(factorized)
+    by_scenario = usl_env["warehouse"].read_table("crm.evaluation_by_scenario")
+    assert set(by_scenario.columns) >= {"scenario", "scenario_group", "variant", "n", "accuracy"}
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert set(checks) == {"crm_beats_length_on_criteria_reversed", "crm_beats_no_criteria_on_criteria_reversed"}
+    assert checks["crm_beats_length_on_criteria_reversed"].metadata["length_baseline"].value == 0.0
+
+    again = dg.materialize([crm_cross], resources=resources)
+    assert again.asset_materializations_for_node("crm_cross")[0].metadata["reused"].value is True
+
+
+def test_a_bad_architecture_setting_fails_with_one_clear_line(usl_env, shared_data_dir, tiny_backbone,
+                                                              tiny_encoder):  # noqa: F811
+    from usl_assets.settings import UslConfigError
+
+    usl_env["warehouse"].replace_table("crm.training_pairs", autoj_pairs(shared_data_dir, limit=6))
+    resources = {**usl_env, "crm_settings": tiny_settings(tiny_backbone, tiny_encoder, architecture="both")}
+    with pytest.raises(UslConfigError, match="architecture must be one of cross, factorized"):
+        dg.materialize([crm_cross], resources=resources)
+
+
+def test_smollm2_converts_from_the_packaged_gguf_with_a_pad_token_of_its_own(usl_env):
+    from transformers import AutoConfig, AutoTokenizer
+
+    result = dg.materialize([crm_backbone_smollm2], resources=usl_env)
+    folder = result.asset_materializations_for_node("crm_backbone_smollm2")[0].metadata["path"].value
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    config = AutoConfig.from_pretrained(folder)
+    assert tokenizer.pad_token == "<|pad|>" and tokenizer.pad_token_id != tokenizer.eos_token_id
+    assert config.pad_token_id == tokenizer.pad_token_id and config.vocab_size >= len(tokenizer)
+    assert tokenizer.chat_template and not hasattr(config, "quantization_config")

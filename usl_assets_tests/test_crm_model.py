@@ -1,0 +1,196 @@
+"""The CRM's model code on tiny real-shaped backbones (a 2-layer Llama decoder, a 2-layer BERT encoder with
+MiniLM's tokenizer) and small slices of the real Auto-J pairs."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from usl_assets.crm.backbones import resolve_backbone
+from usl_assets.crm.evaluate import pair_rewards, read_preference_file, summarize
+from usl_assets.crm.export import export_cross
+from usl_assets.crm.interface import ScoreItem
+from usl_assets.crm.scorer import load_scorer
+from usl_assets.crm.train import TrainConfig, bt_loss, latest_state, train_crm
+from usl_assets.preferences.criteria import criteria_texts, load_scenarios
+
+BRIEF = "The response is brief: a few sentences at most."
+THOROUGH = "The response is thorough and detailed."
+
+
+def autoj_pairs(data_root: Path, limit: int = 40, step: int = 7) -> pd.DataFrame:
+    """Real Auto-J non-tie pairs in crm.training_pairs' columns: every other pair goes to train, the rest to the
+    test splits; each test pair also appears in criteria_reversed with length criteria that pick a side."""
+    scenarios = load_scenarios(data_root)
+    lines = (data_root / "preferences" / "autoj_pairwise.jsonl").read_text(encoding="utf-8").splitlines()
+    rows = []
+    for number, line in enumerate(lines[::step]):
+        raw = json.loads(line)
+        if int(raw["label"]) == 2:
+            continue
+        first, second = str(raw["response 1"]), str(raw["response 2"])
+        chosen, rejected = (first, second) if int(raw["label"]) == 0 else (second, first)
+        split = "train" if len(rows) % 2 == 0 else "human_heldout"
+        base = {"origin_idx": f"autoj:{number * step}", "source": "autoj", "scenario": raw["scenario"],
+                "scenario_group": scenarios.group_of(raw["scenario"]), "prompt": raw["prompt"],
+                "human_label": True}
+        rows.append({**base, "pair_id": f"p{number:04d}", "split": split, "chosen": chosen, "rejected": rejected,
+                     "criteria": criteria_texts(data_root, raw["scenario"]), "augmentation": "original",
+                     "chosen_is_longer": len(chosen) > len(rejected)})
+        if split != "train" and len(first) != len(second):
+            longer, shorter = (first, second) if len(first) > len(second) else (second, first)
+            rows.append({**base, "pair_id": f"r{number:04d}", "split": "criteria_reversed", "chosen": shorter,
+                         "rejected": longer, "criteria": [BRIEF], "augmentation": "contrastive",
+                         "human_label": False, "chosen_is_longer": False})
+        if len(rows) >= limit:
+            break
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(tmp_path_factory) -> Path:
+    """A 2-layer BERT with MiniLM's tokenizer: the factorized path's encoder at test size."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from usl_assets.crm.backbones import minilm_dir
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(minilm_dir())
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=512)
+    out = tmp_path_factory.mktemp("tiny_encoder")
+    BertModel(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def pairs(shared_data_dir) -> pd.DataFrame:
+    return autoj_pairs(shared_data_dir)
+
+
+def tiny_config(architecture: str, **changes) -> TrainConfig:
+    base = dict(architecture=architecture, max_length=96, max_steps=8, max_minutes=5.0, batch_size=4, lr=5e-3,
+                lora_r=4, checkpoint_every=3, head_epochs=5, warmup_steps=2)
+    return TrainConfig(**{**base, **changes})
+
+
+def mean_loss(scorer, frame: pd.DataFrame) -> float:
+    chosen, rejected = pair_rewards(frame, scorer)
+    return float(bt_loss(torch.tensor(chosen), torch.tensor(rejected)))
+
+
+def test_cross_training_reduces_the_bradley_terry_loss(tiny_backbone, pairs, tmp_path):
+    train = pairs[pairs["split"] == "train"].head(8)
+    backbone = resolve_backbone(str(tiny_backbone), tmp_path / "backbones")
+    untrained = train_crm(train, backbone, tiny_config("cross", max_steps=1, lr=1e-9), tmp_path / "crm", log=lambda _: None)
+    trained = train_crm(train, backbone, tiny_config("cross", max_steps=30), tmp_path / "crm", log=lambda _: None)
+    before, after = mean_loss(load_scorer(untrained.checkpoint_dir), train), mean_loss(
+        load_scorer(trained.checkpoint_dir), train)
+    assert after < before - 0.05, (before, after)
+    assert trained.steps == 30 and trained.pairs_seen == 120 and trained.tokens_seen > 0
+    info = json.loads((trained.checkpoint_dir / "crm.json").read_text())
+    assert info["backbone"]["kind"] == "decoder" and info["training_pairs"] == len(train)
+
+
+@pytest.mark.parametrize("architecture", ["cross", "factorized"])
+def test_a_crashed_training_resumes_from_its_last_intermediate_checkpoint(architecture, tiny_backbone, tiny_encoder,
+                                                                           pairs, tmp_path):
+    train = pairs[pairs["split"] == "train"]
+    folder = tiny_backbone if architecture == "cross" else tiny_encoder
+    backbone = resolve_backbone(str(folder), tmp_path / "backbones")
+    config = tiny_config(architecture, max_steps=9)
+    crashed = train_crm(train, backbone, config, tmp_path / "crm", log=lambda _: None, stop_after_steps=6)
+    assert not (crashed.checkpoint_dir / "crm.json").exists()
+    assert latest_state(crashed.checkpoint_dir).parent.name == "step-000006"
+    resumed = train_crm(train, backbone, config, tmp_path / "crm", log=lambda _: None)
+    assert resumed.resumed_from_step == 6 and resumed.steps == 9
+    assert resumed.losses[:6] == crashed.losses
+    assert (resumed.checkpoint_dir / "crm.json").exists()
+    again = train_crm(train, backbone, config, tmp_path / "crm", log=lambda _: None)
+    assert again.reused and again.steps == 9
+
+
+def test_factorized_training_reduces_loss_and_cached_scores_equal_direct_scores(tiny_encoder, pairs, tmp_path):
+    train = pairs[pairs["split"] == "train"]
+    backbone = resolve_backbone(str(tiny_encoder), tmp_path / "backbones")
+    assert backbone.kind == "encoder"
+    untrained = train_crm(train, backbone, tiny_config("factorized", max_steps=1, lr=1e-9, head_epochs=0),
+                          tmp_path / "crm", log=lambda _: None)
+    trained = train_crm(train, backbone, tiny_config("factorized", head_epochs=60), tmp_path / "crm",
+                        log=lambda _: None)
+    before = mean_loss(load_scorer(untrained.checkpoint_dir), train)
+    scorer = load_scorer(trained.checkpoint_dir)
+    assert mean_loss(scorer, train) < before - 0.05
+    responses = list(train["chosen"])
+    rows = scorer.embed_responses(list(train["prompt"]), responses)
+    criteria = ("Use bullet points.",)
+    cached = scorer.score_embedded(rows, scorer.embed_criteria([criteria])[0])
+    direct = scorer.score([ScoreItem(p, r, criteria) for p, r in zip(train["prompt"], responses)])
+    np.testing.assert_allclose(cached, direct, atol=1e-5)
+
+
+@pytest.mark.parametrize("architecture", ["cross", "factorized"])
+def test_batched_scores_equal_one_at_a_time(architecture, tiny_backbone, tiny_encoder, pairs, tmp_path):
+    folder = tiny_backbone if architecture == "cross" else tiny_encoder
+    backbone = resolve_backbone(str(folder), tmp_path / "backbones")
+    result = train_crm(pairs[pairs["split"] == "train"], backbone, tiny_config(architecture, max_steps=2),
+                       tmp_path / "crm", log=lambda _: None)
+    scorer = load_scorer(result.checkpoint_dir)
+    items = [ScoreItem(p, r, tuple(c)) for p, r, c in zip(pairs["prompt"], pairs["rejected"], pairs["criteria"])]
+    batched = scorer.score(items, batch_size=5)
+    alone = np.array([scorer.score([item])[0] for item in items])
+    np.testing.assert_allclose(batched, alone, atol=1e-4)
+    assert len(set(np.round(batched, 5))) > 1
+
+
+def test_the_exported_cross_encoder_loads_with_plain_transformers(tiny_backbone, pairs, tmp_path):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    backbone = resolve_backbone(str(tiny_backbone), tmp_path / "backbones")
+    result = train_crm(pairs[pairs["split"] == "train"], backbone, tiny_config("cross", max_steps=3, max_length=256),
+                       tmp_path / "crm", log=lambda _: None)
+    out = export_cross(result.checkpoint_dir, tmp_path / "export")
+    model = AutoModelForSequenceClassification.from_pretrained(out).eval()
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert tokenizer.chat_template and (out / "model.safetensors").exists()
+    item = ScoreItem("Name a prime number.", "Seven is a prime number.", ("Be concise.",))
+    from usl_assets.crm.model import system_message
+
+    text = tokenizer.apply_chat_template([{"role": "system", "content": system_message(item.criteria)},
+                                          {"role": "user", "content": item.prompt},
+                                          {"role": "assistant", "content": item.response}], tokenize=False)
+    with torch.inference_mode():
+        plain = model(**tokenizer(text, return_tensors="pt", add_special_tokens=False)).logits[0, 0].item()
+    ours = load_scorer(result.checkpoint_dir).score([item])[0]
+    assert plain == pytest.approx(float(ours), abs=1e-4)
+
+
+def test_equal_scores_count_as_wrong_and_shorter_preferred_is_reported():
+    results = pd.DataFrame({
+        "split": ["s"] * 4, "variant": ["v"] * 4, "chosen_is_longer": [True, True, False, False],
+        "correct": [True, False, True, False],
+    })
+    summary = summarize(results)
+    assert summary.loc[0, "accuracy"] == 0.5 and summary.loc[0, "accuracy_shorter_preferred"] == 0.5
+    from usl_assets.crm.evaluate import per_pair_results
+
+    frame = pd.DataFrame({"pair_id": ["a"], "split": ["s"], "scenario": ["x"], "scenario_group": ["g"],
+                          "chosen_is_longer": [False]})
+    assert not per_pair_results(frame, "v", np.array([1.0]), np.array([1.0]))["correct"].iloc[0]
+
+
+def test_a_preference_file_with_bad_lines_keeps_the_good_ones_and_says_why(tmp_path):
+    good = {"idx": "u:1", "prompt": "Hi", "human_winner": "model_b", "a_criteria": [], "b_criteria": ["Be brief."],
+            "model_a": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there!"}],
+            "model_b": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hi."}]}
+    path = tmp_path / "prefs.jsonl"
+    path.write_text("\n".join([json.dumps(good), "{not json", json.dumps({**good, "human_winner": "both"}),
+                               json.dumps({k: v for k, v in good.items() if k != "model_a"})]) + "\n")
+    pairs, quarantined = read_preference_file(path)
+    assert [p["criteria"] for p in pairs] == [("Be brief.",)]
+    assert [q["line"] for q in quarantined] == [2, 3, 4]
+    assert "human_winner" in quarantined[1]["reason"] and "model_a" in quarantined[2]["reason"]

@@ -1,0 +1,73 @@
+"""What `make run` does, on small slices: the whole graph in three phases on a real (SQLite) instance, then
+`usl status`. Slices come from configuration only (fewer tagger queries, one prompt per scenario, a tiny CRM
+backbone, few bootstrap rounds); the data is the real public data."""
+
+import dagster as dg
+import duckdb
+
+from usl_assets.cli import main
+from usl_assets.crm.assets import CrmSettings
+from usl_assets.pipeline import plan_phases, run_graph
+from usl_assets_tests.conftest import REPO_ROOT
+
+# Three models per pool, the pools' reference models among them (AlpacaEval 2's and MT-Bench's).
+MODELS = ["alpaca_eval:gpt4_1106_preview", "alpaca_eval:Qwen1.5-72B-Chat", "alpaca_eval:gemma-7b-it",
+          "mt_bench:gpt-4", "mt_bench:vicuna-13b-v1.3", "mt_bench:alpaca-13b"]
+SMALL_SLICES = {
+    "scenario_tagger": {"max_length": 48},
+    "prompt_sample": {"per_scenario": 1},
+    "rankings": {"usl_bootstrap_rounds": 50, "bt_bootstrap_rounds": 5},
+}
+
+
+def tiny_crm_settings(tiny_backbone) -> CrmSettings:
+    return CrmSettings(backbone=str(tiny_backbone), factorized_backbone="minilm", max_length=64, max_steps=3,
+                       max_minutes=1.0, batch_size=4, head_epochs=2, checkpoint_every=2, max_train_pairs=48,
+                       eval_pairs_per_split=8)
+
+
+def test_plan_puts_every_asset_in_exactly_one_phase():
+    from usl_assets.definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    before, partitioned, after = plan_phases(graph)
+    assert set(before) | set(partitioned) | set(after) == set(graph.materializable_asset_keys)
+    assert not (set(before) & set(after))
+    assert dg.AssetKey("validated_preferences") in before and dg.AssetKey("rankings") in after
+    assert {graph.get(k).partitions_def.name for k in partitioned} == {"models"}
+
+
+def test_whole_graph_end_to_end(usl_env, tiny_backbone, tmp_path, monkeypatch, capsys):
+    dagster_home = tmp_path / "dagster_home"
+    dagster_home.mkdir()
+    (dagster_home / "dagster.yaml").write_text((REPO_ROOT / "dagster.yaml").read_text())
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
+    resources = {**usl_env, "crm_settings": tiny_crm_settings(tiny_backbone)}
+    with dg.DagsterInstance.get() as instance:
+        phases = run_graph(instance, resources=resources, op_config=SMALL_SLICES, only_partitions=MODELS,
+                           log=lambda line: None)
+        assert phases[0].name == "upstream of the model partitions" and phases[-1].name == "leaderboards"
+        assert sum(p.partitions for p in phases) == len(MODELS)
+        from usl_assets.definitions import defs
+
+        never = [k.to_user_string() for k in defs.resolve_asset_graph().materializable_asset_keys
+                 if not instance.get_latest_materialization_event(k)
+                 and not instance.get_materialized_partitions(k)]
+        assert not never, f"never materialized: {never}"
+
+    warehouse = usl_env["warehouse"]
+    with duckdb.connect(str(warehouse.published_path()), read_only=True) as published:
+        evaluation = published.execute("SELECT split, variant, n, accuracy FROM crm.evaluation").df()
+        ranked = published.execute(
+            "SELECT pool, count(DISTINCT model) AS models FROM leaderboard.rankings "
+            "WHERE scenario = 'all' GROUP BY pool ORDER BY pool").fetchall()
+        rewarded = published.execute("SELECT count(DISTINCT pool || model) FROM scoring.response_rewards").fetchone()
+    assert {"human_heldout", "criteria_reversed", "pandalm_majority"} <= set(evaluation["split"])
+    assert {"crm", "length_baseline", "crm_no_criteria"} <= set(evaluation["variant"])
+    assert evaluation["accuracy"].between(0, 1).all()
+    assert rewarded[0] == len(MODELS)
+    assert dict(ranked) == {"alpaca_eval": 3, "mt_bench": 3}
+
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "leaderboard.rankings" in out and "never" not in out
