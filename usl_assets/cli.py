@@ -4,6 +4,9 @@
 import argparse
 import importlib
 import sys
+import warnings
+
+import duckdb
 
 from usl_assets.settings import UslConfigError
 
@@ -15,14 +18,22 @@ COMMAND_MODULES = [
 ]
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """A bad argument is one line on stderr (`usl: error: …`) and exit code 2, without the usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="usl", description=__doc__.splitlines()[0])
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Dagster marks single-run backfill policies as beta; a terminal user cannot act on that warning.
+    warnings.filterwarnings("ignore", message=".*is currently in beta.*")
+    parser = OneLineErrorParser(prog="usl", description=__doc__.splitlines()[0])
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                       parser_class=OneLineErrorParser)
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).add_parsers(subparsers)
     return parser
-
-
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.handler(args) or 0)
     except UslConfigError as error:
         print(f"usl: error: {error}", file=sys.stderr)
+        return 2
+    except duckdb.IOException as error:
+        print(f"usl: error: the warehouse is busy or unreadable ({str(error).splitlines()[0]}); "
+              "read the published copy, or retry when the running materialization ends", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("usl: interrupted", file=sys.stderr)

@@ -96,7 +96,7 @@ SUMMARY_QUERIES = {
     ),
     "external validity": (
         "leaderboard.external_validity",
-        "SELECT * FROM leaderboard.external_validity ORDER BY ALL",
+        "SELECT * FROM leaderboard.external_validity WHERE n_models >= 3 ORDER BY ALL",
     ),
 }
 

@@ -85,7 +85,11 @@ def partition_ranges(instance: dg.DagsterInstance, only: list[str] | None) -> li
 
 def _phase_config(op_config: dict | None, keys: list[dg.AssetKey]) -> dict:
     names = {key.to_python_identifier() for key in keys}
-    return {"ops": {name: {"config": cfg} for name, cfg in (op_config or {}).items() if name in names}}
+    return {
+        "ops": {name: {"config": cfg} for name, cfg in (op_config or {}).items() if name in names},
+        # The terminal shows progress lines, not Dagster's debug events (all of them stay in the run's event log).
+        "loggers": {"console": {"config": {"log_level": "INFO"}}},
+    }
 
 
 def _execute(job, instance, name, keys, extra_tags, tags, log, run_config, partitions=0) -> PhaseResult:
