@@ -7,9 +7,11 @@ from pathlib import Path
 
 import dagster as dg
 import duckdb
+import numpy as np
 import pandas as pd
 
 from usl_assets.crm import backbones, evaluate, scorer, train
+from usl_assets.crm.interface import ScoreItem
 from usl_assets.resources import WAREHOUSE_POOL, UslHome, Warehouse
 
 GROUP = "crm"
@@ -200,8 +202,60 @@ crm_beats_length_on_criteria_reversed = _beats_check(
 crm_beats_no_criteria_on_criteria_reversed = _beats_check(
     "crm_beats_no_criteria_on_criteria_reversed", "criteria_reversed", "crm", "crm_no_criteria")
 
+@dg.asset_check(asset=crm_backbone_smollm2, blocking=True,
+                description="the cached SmolLM2 folder is plain safetensors, with a pad token distinct from its end "
+                            "token (otherwise the reward is read at the wrong position)")
+def smollm2_backbone_ready(usl_home: UslHome) -> dg.AssetCheckResult:
+    folder = backbones.smollm2_dir(usl_home.models_dir() / "backbones")
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    problems = [] if list(folder.glob("*.safetensors")) else ["no safetensors weights"]
+    if "quantization_config" in config:
+        problems.append("config still carries quantization_config")
+    try:
+        backbones.check_decoder_pad(folder)
+    except Exception as error:  # the check reports the reason instead of failing the step
+        problems.append(str(error))
+    return dg.AssetCheckResult(passed=not problems, description="; ".join(problems) or "ready",
+                               metadata={"pad_token_id": config.get("pad_token_id"),
+                                         "eos_token_id": str(config.get("eos_token_id"))})
+
+
+CHECKPOINT_FIELDS = ("checkpoint_id", "backbone", "training_data_hash", "hyperparameters")
+
+
+def _checkpoint_check(architecture: str):
+    @dg.asset_check(asset=f"crm_{architecture}", name=f"crm_{architecture}_checkpoint_scores", blocking=True,
+                    description="the latest checkpoint records its backbone, training-data hash and "
+                                "hyperparameters, loads with load_scorer, and gives finite, varied rewards on "
+                                "held-out pairs")
+    def _check(usl_home: UslHome, warehouse: Warehouse) -> dg.AssetCheckResult:
+        folder = scorer.default_checkpoint(usl_home.root(), architecture)
+        info = json.loads((Path(folder) / "crm.json").read_text(encoding="utf-8"))
+        missing = [field for field in CHECKPOINT_FIELDS if not info.get(field)]
+        pairs = warehouse.query("SELECT prompt, chosen, rejected, criteria FROM crm.training_pairs "
+                                "WHERE split = 'human_heldout' ORDER BY pair_id LIMIT 8")
+        items = [ScoreItem(p, r, tuple(c)) for p, c, pair in zip(pairs["prompt"], pairs["criteria"],
+                                                                  zip(pairs["chosen"], pairs["rejected"]))
+                 for r in pair]
+        rewards = scorer.load_scorer(folder).score(items) if items else []
+        finite = bool(len(rewards)) and bool(np.isfinite(rewards).all())
+        varied = finite and float(np.ptp(rewards)) > 0
+        return dg.AssetCheckResult(
+            passed=not missing and finite and varied,
+            description=(f"missing in crm.json: {missing}; " if missing else "")
+            + ("rewards finite and varied" if varied else "rewards not finite or all equal"),
+            metadata={"checkpoint_id": info.get("checkpoint_id", ""), "rewards_scored": len(rewards)},
+        )
+
+    return _check
+
+
+crm_cross_checkpoint_scores = _checkpoint_check("cross")
+crm_factorized_checkpoint_scores = _checkpoint_check("factorized")
+
 defs = dg.Definitions(
     assets=[crm_backbone_smollm2, crm_cross, crm_factorized, crm_evaluation],
-    asset_checks=[crm_beats_length_on_criteria_reversed, crm_beats_no_criteria_on_criteria_reversed],
+    asset_checks=[crm_beats_length_on_criteria_reversed, crm_beats_no_criteria_on_criteria_reversed,
+                  smollm2_backbone_ready, crm_cross_checkpoint_scores, crm_factorized_checkpoint_scores],
     resources={"crm_settings": CrmSettings()},
 )
