@@ -239,6 +239,22 @@ leaderboards_nightly = dg.ScheduleDefinition(
     name="leaderboards_nightly", job=leaderboards_job, cron_schedule="0 3 * * *", execution_timezone="UTC",
     default_status=dg.DefaultScheduleStatus.STOPPED)
 
+@dg.run_status_sensor(
+    name="leaderboards_after_new_model",
+    run_status=dg.DagsterRunStatus.SUCCESS,
+    request_job=leaderboards_job,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="When a new model's partition run (tag usl/added_model, from model_inbox_sensor) succeeds, rebuild "
+                "the leaderboards so the model is ranked; the other models' rewards are reused, not recomputed.",
+)
+def leaderboards_after_new_model(context: dg.RunStatusSensorContext):
+    added = context.dagster_run.tags.get("usl/added_model")
+    if not added:
+        return dg.SkipReason(f"run {context.dagster_run.run_id} did not add a model")
+    return dg.RunRequest(run_key=f"leaderboards-after:{context.dagster_run.run_id}",
+                         tags={"usl/after_added_model": added})
+
+
 defs = dg.Definitions(
     assets=[*sql_assets, reference_models, rankings, external_validity, contradiction_vs_leaderboard,
             published_warehouse],
@@ -247,4 +263,5 @@ defs = dg.Definitions(
                   unranked_rewards_by_reason],
     jobs=[leaderboards_job],
     schedules=[leaderboards_nightly],
+    sensors=[leaderboards_after_new_model],
 )

@@ -26,6 +26,11 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
         "--responses-only", action="store_true",
         help="load the responses only, not the model's downstream partitions (e.g. its CRM rewards)",
     )
+    add.add_argument(
+        "--no-leaderboards", action="store_true",
+        help="do not rebuild the leaderboards afterwards (they read every model's rewards; by default they are "
+             "rebuilt so the new model is ranked)",
+    )
     add.set_defaults(handler=add_model)
 
 
@@ -61,7 +66,24 @@ def add_model(args: argparse.Namespace) -> int:
           f"for {key} in {time.perf_counter() - started:.1f}s")
     print(f"{summary['responses']} responses loaded (mean {summary['mean_chars']:.0f} chars); quarantined: "
           + (", ".join(f"{rule} {n}" for rule, n in summary["quarantined"].items()) or "none"))
+    if not (args.responses_only or args.no_leaderboards):
+        rebuild_started = time.perf_counter()
+        with dagster_instance() as instance:
+            run_id = rebuild_leaderboards(instance, key)
+        print(f"run {run_id}: leaderboards rebuilt with {key} in {time.perf_counter() - rebuild_started:.1f}s "
+              "(published copy updated)")
     return 0
+
+
+def rebuild_leaderboards(instance: dg.DagsterInstance, key: str) -> str:
+    """The leaderboards job (unpartitioned: it reads every model's rewards), as the run-status sensor does."""
+    from usl_assets.definitions import defs
+
+    result = defs.resolve_job_def("leaderboards_job").execute_in_process(
+        instance=instance, raise_on_error=False, tags={"usl/after_added_model": key})
+    if not result.success:
+        raise UslConfigError(f"leaderboards run {result.run_id} failed after adding {key}: see its log in the UI")
+    return result.run_id
 
 
 def materialize_partition(instance: dg.DagsterInstance, key: str, responses_only: bool = False):
