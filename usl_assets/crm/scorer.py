@@ -165,17 +165,39 @@ def load_merged_cross(folder: Path, backbone: Backbone):
     return merged.eval(), tokenizer
 
 
+MERGED_ENCODER_DIR = "merged_encoder"
+
+
 def load_factorized_parts(folder: Path, backbone: Backbone):
-    from peft import PeftModel
     from safetensors.torch import load_file
 
     device, _ = device_and_dtype()
-    encoder, tokenizer = load_encoder(backbone, device, None)
-    encoder = PeftModel.from_pretrained(encoder, folder / "adapter").merge_and_unload().eval()
+    encoder, tokenizer = _merged_encoder(folder, backbone, device)
     shape = json.loads((folder / "head.json").read_text(encoding="utf-8"))
     head = FactorizedHead(shape["dim"], shape["n_features"], shape["hidden"])
     head.load_state_dict(load_file(folder / "head.safetensors"))
     return encoder, tokenizer, head.to(device).eval()
+
+
+def _merged_encoder(folder: Path, backbone: Backbone, device: torch.device):
+    """The LoRA-merged encoder, saved once beside the adapter: later loads skip peft (whose import alone takes
+    seconds), which is what keeps a custom leaderboard interactive."""
+    from transformers import AutoModel
+
+    merged_dir = folder / MERGED_ENCODER_DIR
+    if not (merged_dir / "config.json").exists():
+        from peft import PeftModel
+
+        encoder, tokenizer = load_encoder(backbone, device, None)
+        encoder = PeftModel.from_pretrained(encoder, folder / "adapter").merge_and_unload()
+        partial = folder / f"{MERGED_ENCODER_DIR}.partial"
+        encoder.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+        partial.replace(merged_dir)
+    from transformers import AutoTokenizer
+
+    encoder = AutoModel.from_pretrained(merged_dir, add_pooling_layer=False).to(device).eval()
+    return encoder, AutoTokenizer.from_pretrained(merged_dir)
 
 
 def base_scorer(backbone_name: str, backbones_root: Path, max_length: int, seed: int) -> CrossScorer:
