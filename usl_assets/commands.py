@@ -2,11 +2,12 @@
 
 import argparse
 import os
+import sys
 
 import dagster as dg
 
 from usl_assets.resources import Warehouse
-from usl_assets.settings import UslConfigError, usl_home
+from usl_assets.settings import UslConfigError, data_dir, usl_home
 
 
 def open_instance() -> dg.DagsterInstance:
@@ -113,8 +114,13 @@ def run_everything(args: argparse.Namespace) -> int:
     from usl_assets.pipeline import run_graph
 
     warehouse = Warehouse()
+    data_dir()  # a missing data folder is one line here, not a failed run
     with open_instance() as instance:
-        phases = run_graph(instance)
+        try:
+            phases = run_graph(instance)
+        except RuntimeError as failure:
+            print(f"usl: error: {failure}", file=sys.stderr)
+            return 1
     print(f"\ndone in {sum(p.seconds for p in phases):,.0f} s; Dagster home: {instance.root_directory}")
     print(f"warehouse (Dagster writes it): {warehouse.database_path()}")
     print(f"published copy for analysts:   {warehouse.published_path()}")

@@ -1,0 +1,42 @@
+"""The `usl` command's own behaviour: one clear line and a non-zero exit for what a user got wrong."""
+
+import pytest
+
+from usl_assets.cli import main
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("usl"), err
+    return err[0]
+
+
+def test_run_without_a_data_folder_says_what_to_set(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("USL_DATA_DIR", raising=False)
+    monkeypatch.setenv("USL_HOME", str(tmp_path))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    assert main(["run"]) == 2
+    assert "USL_DATA_DIR is not set" in _one_error_line(capsys)
+
+
+def test_run_without_a_dagster_home_says_how_to_get_one(tmp_path, monkeypatch, capsys, shared_data_dir):
+    monkeypatch.setenv("USL_DATA_DIR", str(shared_data_dir))
+    monkeypatch.setenv("USL_HOME", str(tmp_path))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    assert main(["run"]) == 2
+    assert "DAGSTER_HOME is not set" in _one_error_line(capsys)
+
+
+def test_unknown_subcommand_is_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["no-such-command"])
+    assert exit_info.value.code == 2
+    assert "invalid choice" in _one_error_line(capsys)
+
+
+def test_status_on_an_empty_home(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("USL_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "(not yet)" in out and "validated_preferences" in out and "never" in out
