@@ -12,11 +12,14 @@ from usl_assets.settings import UslConfigError, data_dir, usl_home
 
 def open_instance() -> dg.DagsterInstance:
     """The Dagster instance of DAGSTER_HOME (the Makefile sets it to $USL_HOME/dagster with dagster.yaml)."""
-    if not os.environ.get("DAGSTER_HOME"):
+    home = os.environ.get("DAGSTER_HOME", "")
+    if not home:
         raise UslConfigError(
             "DAGSTER_HOME is not set: use `make run` / `make status`, or export DAGSTER_HOME=$USL_HOME/dagster "
             "and copy dagster.yaml (or deploy/dagster.postgres.yaml) there"
         )
+    if not os.path.isdir(home):
+        raise UslConfigError(f"DAGSTER_HOME={home} is not a folder: `make dagster-home` creates it")
     return dg.DagsterInstance.get()
 
 

@@ -2,12 +2,12 @@
 materialized in process on the Dagster instance (DAGSTER_HOME)."""
 
 import argparse
-import os
 import time
 from pathlib import Path
 
 import dagster as dg
 
+from usl_assets.commands import open_instance
 from usl_assets.resources import DataDir, UslHome, Warehouse
 from usl_assets.responses import inbox, pools
 from usl_assets.responses.assets import model_partitions, model_responses, partition_run_selection
@@ -34,16 +34,6 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     add.set_defaults(handler=add_model)
 
 
-def dagster_instance() -> dg.DagsterInstance:
-    home = os.environ.get("DAGSTER_HOME", "")
-    if not home or not Path(home).is_dir():
-        raise UslConfigError(
-            f"DAGSTER_HOME={home or '(unset)'} is not a folder: set it to the Dagster instance folder "
-            "(the Makefile uses $USL_HOME/dagster; `make dagster-home` creates it)"
-        )
-    return dg.DagsterInstance.get()
-
-
 def add_model(args: argparse.Namespace) -> int:
     pool = pools.check_pool(args.pool)
     data_root, home_root = DataDir().root(), UslHome().root()
@@ -52,7 +42,7 @@ def add_model(args: argparse.Namespace) -> int:
         validated = inbox.validate_model_file(pool, args.file.expanduser().resolve(), data_root, args.model)
     except pools.ResponseFileError as error:
         raise UslConfigError(f"{args.file} was not added: {error}") from error
-    with dagster_instance() as instance:
+    with open_instance() as instance:
         stored = inbox.store_accepted(validated, home_root, keep_source=True)
         key = validated.partition_key
         print(f"validated {args.file}: model {validated.model}, {validated.records} records, "
@@ -68,7 +58,7 @@ def add_model(args: argparse.Namespace) -> int:
           + (", ".join(f"{rule} {n}" for rule, n in summary["quarantined"].items()) or "none"))
     if not (args.responses_only or args.no_leaderboards):
         rebuild_started = time.perf_counter()
-        with dagster_instance() as instance:
+        with open_instance() as instance:
             run_id = rebuild_leaderboards(instance, key)
         print(f"run {run_id}: leaderboards rebuilt with {key} in {time.perf_counter() - rebuild_started:.1f}s "
               "(published copy updated)")
