@@ -6,6 +6,7 @@ import sys
 
 import dagster as dg
 
+from usl_assets.leaderboards.ranking import DEFAULT_METHOD
 from usl_assets.resources import Warehouse
 from usl_assets.settings import UslConfigError, data_dir, usl_home
 
@@ -27,6 +28,8 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     status = subparsers.add_parser("status", help="what is materialized and the warehouse's row counts")
     status.set_defaults(handler=show_status)
     run = subparsers.add_parser("run", help="materialize the whole asset graph on the instance in DAGSTER_HOME")
+    run.add_argument("--neural-crm", action="store_true",
+                     help="also train the LoRA CRMs (factorized, cross) and convert SmolLM2: slow on CPU")
     run.set_defaults(handler=run_everything)
 
 
@@ -92,15 +95,16 @@ SUMMARY_QUERIES = {
         "PIVOT (SELECT split, variant, round(accuracy, 3) AS accuracy FROM crm.evaluation) "
         "ON split USING first(accuracy) ORDER BY variant",
     ),
-    "default leaderboard, AlpacaEval (top 10)": (
+    f"default leaderboard, AlpacaEval (top 10, method {DEFAULT_METHOD})": (
         "leaderboard.rankings",
         "SELECT rank, model, round(score, 1) AS score, round(ci_low, 1) AS ci_low, round(ci_high, 1) AS ci_high, "
         "n_prompts FROM leaderboard.rankings WHERE pool = 'alpaca_eval' AND scenario = 'all' "
-        "AND profile = 'default' AND method = 'usl' ORDER BY score DESC LIMIT 10",
+        f"AND profile = 'default' AND method = '{DEFAULT_METHOD}' ORDER BY score DESC LIMIT 10",
     ),
-    "external validity": (
+    "external validity (Spearman; mean_length is the baseline to beat)": (
         "leaderboard.external_validity",
-        "SELECT * FROM leaderboard.external_validity WHERE n_models >= 3 ORDER BY ALL",
+        "PIVOT (SELECT pool, external_ranking, n_models, method, round(spearman, 3) AS spearman "
+        "FROM leaderboard.external_validity WHERE n_models >= 3) ON method USING first(spearman) ORDER BY ALL",
     ),
 }
 
@@ -120,7 +124,7 @@ def run_everything(args: argparse.Namespace) -> int:
     data_dir()  # a missing data folder is one line here, not a failed run
     with open_instance() as instance:
         try:
-            phases = run_graph(instance)
+            phases = run_graph(instance, include_optional=args.neural_crm)
         except RuntimeError as failure:
             print(f"usl: error: {failure}", file=sys.stderr)
             return 1

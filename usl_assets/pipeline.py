@@ -23,9 +23,14 @@ class PhaseResult:
     run_id: str
 
 
-def plan_phases(graph) -> tuple[list[dg.AssetKey], list[dg.AssetKey], list[dg.AssetKey]]:
+OPTIONAL_TAG = "usl/optional"  # e.g. the LoRA CRMs: left out unless `include_optional`
+
+
+def plan_phases(graph, include_optional: bool = False) -> tuple[list[dg.AssetKey], list[dg.AssetKey],
+                                                                 list[dg.AssetKey]]:
     """Split the materializable assets into (before, partitioned, after) the model partitions."""
-    keys = set(graph.materializable_asset_keys)
+    keys = {key for key in graph.materializable_asset_keys
+            if include_optional or OPTIONAL_TAG not in (graph.get(key).tags or {})}
     partitioned = {key for key in keys if graph.get(key).partitions_def is not None}
     after = set(dg.AssetSelection.assets(*partitioned).downstream().resolve(graph)) - partitioned if partitioned \
         else set()
@@ -41,6 +46,7 @@ def run_graph(
     tags: dict | None = None,
     op_config: dict | None = None,
     only_partitions: list[str] | None = None,
+    include_optional: bool = False,
 ) -> list[PhaseResult]:
     """`op_config` maps an asset name to its config (e.g. smaller slices); each phase gets its own assets'.
     `only_partitions` limits the model partitions materialized (all public models are registered either way)."""
@@ -49,7 +55,7 @@ def run_graph(
 
     defs = build_definitions(resources)
     job = defs.resolve_implicit_global_asset_job_def()
-    before, partitioned, after = plan_phases(defs.resolve_asset_graph())
+    before, partitioned, after = plan_phases(defs.resolve_asset_graph(), include_optional)
     data_root = defs.resources["data_dir"].root()
     run = lambda name, keys, extra, **kw: _execute(  # noqa: E731
         job, instance, name, keys, extra, tags, log, _phase_config(op_config, keys), **kw)

@@ -82,12 +82,37 @@ def hh_records(data_root: Path, limit: int | None = None) -> list[dict]:
     return records
 
 
+JUDGE_STAND_IN_SCENARIO = "open_question"
+
+
+def judge_records(data_root: Path, prompts: int | None = 6) -> list[dict]:
+    """The AI judge's rows for the first `prompts` instructions (every judged model on each)."""
+    with gzip.open(data_root / "preferences" / "alpaca_eval_gpt4_turbo_judgments.jsonl.gz", "rt",
+                   encoding="utf-8") as handle:
+        rows = [json.loads(line) for line in handle]
+    kept = list(dict.fromkeys(row["instruction"] for row in rows))[:prompts]
+    records = []
+    for number, row in enumerate(rows):
+        if row["instruction"] not in kept or not isinstance(row["preference"], float | int):
+            continue
+        a_probability = 2.0 - float(row["preference"])
+        winner = "model_a" if a_probability > 0.5 else "model_b" if a_probability < 0.5 else "tie"
+        record = _record(data_root, f"alpaca_eval_judge:{number + 1}", "alpaca_eval_judge", row["instruction"],
+                         row["output_1"], row["output_2"], winner, JUDGE_STAND_IN_SCENARIO)
+        record.update(model_a_name=row["generator_1"], model_b_name=row["generator_2"], label_kind="ai_judge",
+                      soft_label=a_probability)
+        records.append(record)
+    return records
+
+
 def tagged_preferences_frame(data_root: Path, autoj_step: int = 1, pandalm: int | None = None,
-                             hh: int | None = None) -> pd.DataFrame:
+                             hh: int | None = None, judge_prompts: int | None = 6) -> pd.DataFrame:
     """validated.tagged_preferences from real rows: every autoj_step-th Auto-J pair, the first `pandalm` and `hh`
-    rows of the others (None = all)."""
+    rows of the others (None = all), the judge's rows of the first `judge_prompts` instructions."""
     records = autoj_records(data_root, autoj_step) + pandalm_records(data_root, pandalm) + hh_records(data_root, hh)
-    return pd.DataFrame(records)
+    frame = pd.DataFrame(records).assign(label_kind="human")
+    frame["soft_label"] = frame["human_winner"].map({"model_a": 1.0, "model_b": 0.0, "tie": 0.5})
+    return pd.concat([frame, pd.DataFrame(judge_records(data_root, judge_prompts))], ignore_index=True)
 
 
 def scenario_criteria_frame(data_root: Path) -> pd.DataFrame:

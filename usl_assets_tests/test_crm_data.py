@@ -2,7 +2,7 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from usl_assets.crm import data
+from usl_assets.crm import data, judge_pairs
 from usl_assets.crm.data_assets import EXCLUDED_TABLE, PAIRS_TABLE, crm_training_pairs
 from usl_assets.crm.data_assets import defs as crm_data_defs
 from usl_assets.crm.features import response_counts
@@ -76,8 +76,32 @@ def test_prompt_shared_across_splits_goes_to_the_most_held_out_one():
 def test_no_prompt_in_train_and_a_test_split(built):
     table, _ = built
     assert data.prompt_leaks(table).empty
-    keys = table["prompt"].map(data.prompt_key)
-    assert (table.assign(key=keys).groupby("key")["split"].nunique() == 1).all()
+    by_prompt = table[table["split"] != "judge_heldout_models"]  # held out by model: its prompts also train
+    keys = by_prompt["prompt"].map(data.prompt_key)
+    assert (by_prompt.assign(key=keys).groupby("key")["split"].nunique() == 1).all()
+
+
+def test_judge_pairs_hold_out_by_model_and_never_train_on_the_reference(built):
+    table, excluded = built
+    judge = table[table["source"] == "alpaca_eval_judge"]
+    train, held = judge[judge["split"] == "train"], judge[judge["split"] == "judge_heldout_models"]
+    held_models = set(held["chosen_model"]) | set(held["rejected_model"])
+    train_models = set(train["chosen_model"].dropna()) | set(train["rejected_model"].dropna())
+    assert len(held_models - train_models) >= 7  # >= 6 judged models and the reference
+    assert "gpt4_1106_preview" in held_models and "gpt4_1106_preview" not in train_models
+    assert (judge["label_kind"] == "ai_judge").all() and judge["soft_label"].between(0, 1).all()
+    original = train[train["augmentation"] == "original"]
+    assert original["soft_label"].between(0.5, 1).all() and (original["soft_label"] < 1).any()
+
+
+def test_judge_answers_found_in_a_response_pool_never_train(real_inputs):
+    tagged, criteria = real_inputs
+    judged = tagged[tagged["source"] == "alpaca_eval_judge"]
+    in_pool = judged["response_b"].iloc[0]
+    table, excluded = data.build_training_pairs(tagged, criteria, data.PairsConfig(), pool_texts={in_pool.strip()})
+    assert excluded.loc[excluded["origin_idx"] == judged["idx"].iloc[0], "reason"].tolist() == ["text_in_pool"]
+    train = table[table["split"] == "train"]
+    assert in_pool not in set(train["chosen"]) | set(train["rejected"])
 
 
 def test_leak_detector_finds_a_leak(built):
@@ -121,7 +145,8 @@ def test_ties_do_not_train_as_human_labels(built, real_inputs):
     tie_rows = table[table["origin_idx"].isin(ties)]
     assert not tie_rows.empty and tie_rows["human_label"].isna().all()
     assert set(tie_rows["augmentation"]) <= {"contrastive", "random", "noise_add", "noise_replace"}
-    used = set(table["origin_idx"]) | set(excluded["origin_idx"])
+    used = {row for idx in pd.concat([table["origin_idx"], excluded["origin_idx"]])
+            for row in judge_pairs.source_row_ids(idx)}
     assert used == set(tagged["idx"])  # every source row is used or listed with a reason
 
 

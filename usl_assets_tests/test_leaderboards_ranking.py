@@ -75,20 +75,61 @@ def test_ties_count_half_for_each_side():
     assert scores["score"].tolist() == pytest.approx([ranking.ELO_BASE, ranking.ELO_BASE])
 
 
-def test_rank_all_covers_every_topic_and_both_methods():
+def test_rank_all_covers_every_topic_and_every_method():
     reference_wins = pd.DataFrame({
         "pool": "p", "profile": "default", "prompt_id": ["1", "1", "2", "2"], "scenario": ["s1", "s1", "s2", "s2"],
-        "scenario_group": "G", "model": ["ref", "x", "ref", "x"], "win": [0.5, 1.0, 0.5, 0.0]})
+        "scenario_group": "G", "model": ["ref", "x", "ref", "x"], "win": [0.5, 1.0, 0.5, 0.0],
+        "reward_diff": [0.0, 2.0, 0.0, -1.0], "length_diff": [0, 100, 0, -50]})
     pairs = pd.DataFrame({"pool": "p", "profile": "default", "prompt_id": ["1", "2"], "scenario": ["s1", "s2"],
                           "scenario_group": "G", "model_a": "ref", "model_b": "x", "a_score": [0.0, 1.0]})
-    table = ranking.rank_all(reference_wins, pairs, SETTINGS)
+    table = ranking.rank_all(reference_wins, pairs, SETTINGS, temperature=1.0)
     assert list(table.columns) == ranking.RANKING_COLUMNS
     topics = set(map(tuple, table[["level", "scenario", "method"]].drop_duplicates().to_numpy()))
     assert topics == {(level, topic, method) for level, topic in [("all", "all"), ("group", "G"), ("scenario", "s1"),
                                                                   ("scenario", "s2")]
-                      for method in ("usl", "bradley_terry")}
+                      for method in ranking.METHODS}
     x = table[(table["model"] == "x") & (table["method"] == "usl")].set_index("scenario")["score"]
     assert x.to_dict() == {"all": 50.0, "G": 50.0, "s1": 100.0, "s2": 0.0}
+    soft = table[(table["model"] == "x") & (table["method"] == "usl_soft")].set_index("scenario")["score"]
+    sigmoid = lambda z: 100 / (1 + np.exp(-z))  # noqa: E731
+    assert soft["s1"] == pytest.approx(sigmoid(2.0)) and soft["s2"] == pytest.approx(sigmoid(-1.0))
+    assert soft["all"] == pytest.approx((sigmoid(2.0) + sigmoid(-1.0)) / 2)
+
+
+def test_usl_soft_follows_the_calibrated_temperature():
+    rows = pd.DataFrame({"prompt_id": ["1", "2"], "model": "x", "win": [1.0, 1.0], "reward_diff": [1.0, 0.5],
+                         "length_diff": [0, 0]})
+    sharp = ranking.score_method("usl_soft", rows, SETTINGS, np.random.default_rng(0), temperature=10.0)
+    flat = ranking.score_method("usl_soft", rows, SETTINGS, np.random.default_rng(0), temperature=0.01)
+    assert sharp["score"].iloc[0] > 99 and flat["score"].iloc[0] == pytest.approx(50, abs=1)
+
+
+def test_usl_lc_removes_a_win_rate_that_only_length_explains():
+    rng = np.random.default_rng(0)
+    n = 400
+    verbose_length, steady_length = rng.normal(400, 200, n), rng.normal(0, 200, n)
+    scale = float(np.std(np.concatenate([verbose_length, steady_length]), ddof=1))
+    # "verbose" wins by being longer: at equal length it would win σ(-2) = 11.9%; "steady" wins σ(0.85) always.
+    rows = pd.concat([
+        pd.DataFrame({"prompt_id": np.arange(n).astype(str), "model": "verbose", "length_diff": verbose_length,
+                      "reward_diff": -2.0 + 4.0 * np.tanh(verbose_length / scale)}),
+        pd.DataFrame({"prompt_id": np.arange(n).astype(str), "model": "steady", "length_diff": steady_length,
+                      "reward_diff": 0.85}),
+    ])
+    assert ranking.length_scale_of(rows) == pytest.approx(scale)
+    lc = ranking.score_method("usl_lc", rows, SETTINGS, np.random.default_rng(0), 1.0, scale).set_index("model")
+    raw = ranking.score_method("usl_soft", rows, SETTINGS, np.random.default_rng(0), 1.0).set_index("model")
+    assert raw.loc["verbose", "score"] > raw.loc["steady", "score"]  # length makes it look better
+    assert lc.loc["verbose", "score"] == pytest.approx(100 / (1 + np.exp(2.0)), abs=0.5)
+    assert lc.loc["steady", "score"] == pytest.approx(100 / (1 + np.exp(-0.85)), abs=0.5)
+    assert (lc["ci_low"] <= lc["score"]).all() and (lc["score"] <= lc["ci_high"]).all()
+
+
+def test_slices_are_seeded_by_their_own_key():
+    first = ranking.slice_rng(SETTINGS, "p", "default", "usl", "all", "all").random(3)
+    again = ranking.slice_rng(SETTINGS, "p", "default", "usl", "all", "all").random(3)
+    other = ranking.slice_rng(SETTINGS, "q", "default", "usl", "all", "all").random(3)
+    assert (first == again).all() and not (first == other).all()
 
 
 def test_reference_models_table_flags_a_missing_reference():

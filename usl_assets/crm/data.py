@@ -13,16 +13,19 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from usl_assets.crm import judge_pairs
 from usl_assets.crm.features import as_text, response_counts
 from usl_assets.settings import UslConfigError
 
-SPLITS = ("train", "human_heldout", "new_scenario", "new_criteria", "criteria_reversed", "pandalm_majority")
+SPLITS = ("train", "human_heldout", "new_scenario", "new_criteria", "criteria_reversed", "pandalm_majority",
+          "judge_heldout_models")
 TEST_SPLITS = SPLITS[1:]
 AUGMENTATIONS = ("original", "contrastive", "reverse", "random", "noise_add", "noise_remove", "noise_replace")
 PROPERTY_AUGMENTATIONS = ("contrastive", "reverse", "random")
 COLUMNS = (
     "pair_id", "split", "origin_idx", "source", "scenario", "scenario_group", "prompt", "chosen", "rejected",
     "criteria", "augmentation", "human_label", "chosen_is_longer", "property", "property_direction",
+    "label_kind", "soft_label", "chosen_model", "rejected_model",
 )
 EXCLUDED_COLUMNS = ("origin_idx", "source", "reason", "detail")
 
@@ -316,6 +319,8 @@ def prepare_pairs(tagged: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
             "scenario_group": row["scenario_group"], "prompt": prompt, "response_a": response_a,
             "response_b": response_b, "winner": winner,
             "criteria_a": _as_list(row["a_criteria"]), "criteria_b": _as_list(row["b_criteria"]),
+            "label_kind": row.get("label_kind") or "human", "soft_label": row.get("soft_label"),
+            "model_a_name": row.get("model_a_name"), "model_b_name": row.get("model_b_name"),
         })
     return pd.DataFrame(kept), pd.DataFrame(excluded, columns=list(EXCLUDED_COLUMNS))
 
@@ -378,12 +383,17 @@ def _row(pair: pd.Series, chosen_side: str, criteria: list[str], augmentation: s
     rejected_side = "b" if chosen_side == "a" else "a"
     chosen, rejected = pair[f"response_{chosen_side}"], pair[f"response_{rejected_side}"]
     human_label = None if pair["winner"] == "tie" else chosen_side == pair["winner"]
+    # Only the pair as labelled keeps the judge's probability; criteria-defined rows are certain.
+    soft = pair.get("soft_label") if augmentation == "original" and pair.get("label_kind") == "ai_judge" else None
+    soft = 1.0 if soft is None or pd.isna(soft) else (float(soft) if chosen_side == "a" else 1.0 - float(soft))
     return {
         "split": pair["split"], "origin_idx": pair["origin_idx"], "source": pair["source"],
         "scenario": pair["scenario"], "scenario_group": pair["scenario_group"], "prompt": pair["prompt"],
         "chosen": chosen, "rejected": rejected, "criteria": list(criteria), "augmentation": augmentation,
         "human_label": human_label, "chosen_is_longer": len(chosen) > len(rejected),
         "property": prop, "property_direction": direction,
+        "label_kind": pair.get("label_kind") or "human", "soft_label": soft,
+        "chosen_model": pair.get(f"model_{chosen_side}_name"), "rejected_model": pair.get(f"model_{rejected_side}_name"),
     }
 
 
@@ -439,8 +449,10 @@ def _train_props(pair: pd.Series, config: PairsConfig) -> list[str]:
 
 def rows_for_pair(pair: pd.Series, config: PairsConfig) -> list[dict]:
     split, rows = pair["split"], []
-    if split in ("train", "human_heldout", "new_scenario", "pandalm_majority"):
+    if split in ("train", "human_heldout", "new_scenario", "pandalm_majority", judge_pairs.HELDOUT_SPLIT):
         rows += original_rows(pair, config)
+    if split == "train" and not pair.get("with_properties", True):
+        return rows
     if split == "train":
         props = _train_props(pair, config)
         for prop_name in props:
@@ -488,7 +500,8 @@ def noise_rows(row: dict, scenario_criteria: dict[str, list[str]], config: Pairs
     if other and unit_hash(seed, "noise-replace", *key) < config.noise_replace_rate:
         swapped = {**row, "chosen": row["rejected"], "rejected": row["chosen"], "criteria": other,
                    "augmentation": "noise_replace", "chosen_is_longer": len(row["rejected"]) > len(row["chosen"]),
-                   "human_label": None if row["human_label"] is None else not row["human_label"]}
+                   "human_label": None if row["human_label"] is None else not row["human_label"],
+                   "soft_label": 1.0, "chosen_model": row["rejected_model"], "rejected_model": row["chosen_model"]}
         if row["property"]:
             swapped["property_direction"] = "less" if row["property_direction"] == "more" else "more"
         found.append(swapped)
@@ -520,15 +533,26 @@ def criteria_by_scenario(scenario_criteria: pd.DataFrame) -> dict[str, list[str]
     return {scenario: list(dict.fromkeys(contents)) for scenario, contents in grouped}
 
 
-def build_training_pairs(tagged: pd.DataFrame, scenario_criteria: pd.DataFrame,
-                         config: PairsConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """crm.training_pairs (COLUMNS) and the excluded source rows (EXCLUDED_COLUMNS) from tagged preferences."""
+def build_training_pairs(tagged: pd.DataFrame, scenario_criteria: pd.DataFrame, config: PairsConfig,
+                         judge_config: judge_pairs.JudgePairsConfig | None = None,
+                         pool_texts: set[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """crm.training_pairs (COLUMNS) and the excluded source rows (EXCLUDED_COLUMNS) from tagged preferences.
+    AI-judge rows become model-vs-model pairs (crm/judge_pairs.py); `pool_texts` are kept out of training."""
     pairs, excluded = prepare_pairs(tagged)
     if pairs.empty:
         return pd.DataFrame(columns=list(COLUMNS)), excluded
-    pairs["properties"] = measure_pairs(pairs)
-    pairs["split"] = assign_splits(pairs, config)
-    pairs["split"] = reroute_unmeasurable(pairs, config)
+    is_judge = pairs["source"] == judge_pairs.JUDGE_SOURCE
+    human = pairs[~is_judge].assign(with_properties=True)
+    human["properties"] = measure_pairs(human)
+    human["split"] = assign_splits(human, config)
+    human["split"] = reroute_unmeasurable(human, config)
+    judged, judge_excluded = judge_pairs.judge_pairs(pairs[is_judge], judge_config or judge_pairs.JudgePairsConfig(),
+                                                     pool_texts or set(), unit_hash, prompt_key)
+    judged = judged.assign(properties=[{}] * len(judged)) if len(judged) else judged
+    judged, leaked = _outside_human_tests(judged, human)
+    judge_config = judge_config or judge_pairs.JudgePairsConfig()
+    pairs = pd.concat([human, _with_judge_properties(judged, config, judge_config.property_rate)], ignore_index=True)
+    excluded = pd.concat([excluded, judge_excluded, leaked], ignore_index=True)
     extra_criteria = criteria_by_scenario(scenario_criteria)
     rows = []
     for _, pair in pairs.iterrows():
@@ -545,8 +569,33 @@ def build_training_pairs(tagged: pd.DataFrame, scenario_criteria: pd.DataFrame,
     table["pair_id"] = [pair_id(row) for row in table.to_dict("records")]
     table = table.drop_duplicates("pair_id").reset_index(drop=True)
     table = table.astype({"human_label": "boolean", "chosen_is_longer": bool, "property": "string",
-                          "property_direction": "string"})
+                          "property_direction": "string", "soft_label": float, "chosen_model": "string",
+                          "rejected_model": "string"})
     return table[list(COLUMNS)], pd.concat([excluded, unused_pairs(pairs, table)], ignore_index=True)
+
+
+def _outside_human_tests(judged: pd.DataFrame, human: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Judge training pairs whose prompt is in a human test split are excluded (prompt leakage)."""
+    if judged.empty:
+        return judged, pd.DataFrame(columns=list(EXCLUDED_COLUMNS))
+    test_keys = set(human.loc[human["split"] != "train", "prompt"].map(prompt_key))
+    leaks = (judged["split"] == "train") & judged["prompt"].map(prompt_key).isin(test_keys)
+    dropped = judged[leaks]
+    return judged[~leaks], pd.DataFrame({"origin_idx": dropped["origin_idx"], "source": dropped["source"],
+                                         "reason": "prompt_in_test_split", "detail": "prompt of a human test split"},
+                                        columns=list(EXCLUDED_COLUMNS))
+
+
+def _with_judge_properties(judged: pd.DataFrame, config: PairsConfig, rate: float) -> pd.DataFrame:
+    """Measured properties for a seeded share of the judge's training pairs (they get direction rows too)."""
+    if judged.empty:
+        return judged
+    chosen = [split == "train" and unit_hash(config.seed, "judge-properties", idx) < rate
+              for split, idx in zip(judged["split"], judged["origin_idx"])]
+    judged = judged.assign(with_properties=chosen)
+    measured = measure_pairs(judged[judged["with_properties"]]).to_dict()
+    judged["properties"] = [measured.get(i, {}) for i in judged.index]
+    return judged
 
 
 def unused_pairs(pairs: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
@@ -567,7 +616,8 @@ def prompt_leaks(table: pd.DataFrame) -> pd.DataFrame:
     """(split, prompt) of test-split rows whose prompt also appears in train."""
     keys = table["prompt"].map(prompt_key)
     train_keys = set(keys[table["split"] == "train"])
-    leaked = (table["split"] != "train") & keys.isin(train_keys)
+    # judge_heldout_models is held out by model, not by prompt: its prompts are AlpacaEval's, in train too.
+    leaked = ~table["split"].isin(["train", judge_pairs.HELDOUT_SPLIT]) & keys.isin(train_keys)
     return table.loc[leaked, ["split", "prompt"]].drop_duplicates()
 
 

@@ -5,8 +5,8 @@ import time
 import dagster as dg
 import pandas as pd
 
-from usl_assets.crm import data
-from usl_assets.resources import WAREHOUSE_POOL, Warehouse
+from usl_assets.crm import data, judge_pairs
+from usl_assets.resources import WAREHOUSE_POOL, DataDir, Warehouse
 from usl_assets.settings import UslConfigError
 
 PAIRS_TABLE = "crm.training_pairs"
@@ -14,6 +14,7 @@ EXCLUDED_TABLE = "crm.excluded_pairs"
 TAGGED_TABLE = "validated.tagged_preferences"
 CRITERIA_TABLE = "validated.scenario_criteria"
 _DEFAULTS = data.PairsConfig()
+_JUDGE_DEFAULTS = judge_pairs.JudgePairsConfig()
 
 
 class TrainingPairsConfig(dg.Config):
@@ -27,9 +28,19 @@ class TrainingPairsConfig(dg.Config):
     human_heldout_fraction: float = _DEFAULTS.human_heldout_fraction
     new_criteria_fraction: float = _DEFAULTS.new_criteria_fraction
     criteria_reversed_fraction: float = _DEFAULTS.criteria_reversed_fraction
+    judge_heldout_models: int = _JUDGE_DEFAULTS.heldout_models
+    judge_pairs_per_model: int = _JUDGE_DEFAULTS.pairs_per_model
+    judge_property_rate: float = _JUDGE_DEFAULTS.property_rate
+
+    def judge_config(self) -> judge_pairs.JudgePairsConfig:
+        if self.judge_heldout_models < 1 or self.judge_pairs_per_model < 1:
+            raise UslConfigError("judge_heldout_models and judge_pairs_per_model must be at least 1")
+        return judge_pairs.JudgePairsConfig(seed=self.seed, heldout_models=self.judge_heldout_models,
+                                            pairs_per_model=self.judge_pairs_per_model,
+                                            property_rate=self.judge_property_rate)
 
     def pairs_config(self) -> data.PairsConfig:
-        values = self.model_dump()
+        values = {k: v for k, v in self.model_dump().items() if not k.startswith("judge_")}
         values["heldout_groups"] = tuple(values["heldout_groups"])
         values["heldout_properties"] = tuple(values["heldout_properties"])
         return data.PairsConfig(**values)
@@ -48,11 +59,12 @@ def _markdown(frame: pd.DataFrame) -> dg.MetadataValue:
 @dg.asset(
     group_name="crm",
     deps=["tagged_preferences", "scenario_criteria"],
+    kinds={"duckdb"},
     pool=WAREHOUSE_POOL,
     description="crm.training_pairs: (prompt, chosen, rejected, criteria) rows with augmentations and splits; "
     "crm.excluded_pairs: source rows that yield no row, with the reason.",
 )
-def crm_training_pairs(context: dg.AssetExecutionContext, config: TrainingPairsConfig,
+def crm_training_pairs(context: dg.AssetExecutionContext, config: TrainingPairsConfig, data_dir: DataDir,
                        warehouse: Warehouse) -> dg.MaterializeResult:
     tagged = _read_upstream(warehouse, TAGGED_TABLE, "tagged_preferences")
     scenario_criteria = _read_upstream(warehouse, CRITERIA_TABLE, "scenario_criteria")
@@ -60,7 +72,9 @@ def crm_training_pairs(context: dg.AssetExecutionContext, config: TrainingPairsC
     pairs_config.validate(set(scenario_criteria["scenario_group"].dropna()))
 
     started = time.perf_counter()
-    table, excluded = data.build_training_pairs(tagged, scenario_criteria, pairs_config)
+    pool_texts = judge_pairs.public_response_texts(data_dir.root())
+    table, excluded = data.build_training_pairs(tagged, scenario_criteria, pairs_config, config.judge_config(),
+                                                pool_texts)
     seconds = time.perf_counter() - started
     context.log.info(f"{len(tagged)} tagged pairs -> {len(table)} training rows, {len(excluded)} excluded "
                      f"in {seconds:.1f}s ({len(tagged) / max(seconds, 1e-9):.0f} pairs/s)")
@@ -74,6 +88,9 @@ def crm_training_pairs(context: dg.AssetExecutionContext, config: TrainingPairsC
     return dg.MaterializeResult(metadata={
         **warehouse.table_metadata(PAIRS_TABLE),
         "split_sizes": dg.MetadataValue.json(data.split_sizes(table)),
+        "rows by source and label kind": _markdown(
+            table.groupby(["source", "label_kind", "split"]).size().rename("rows").reset_index()),
+        "judge_heldout_models": dg.MetadataValue.json(judge_pairs.heldout_model_names(table)),
         "rows per split x augmentation": _markdown(data.split_augmentation_counts(table)),
         "label balance per split": _markdown(data.label_balance(table)),
         "train direction balance": _markdown(data.direction_balance(table)),

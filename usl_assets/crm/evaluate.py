@@ -11,12 +11,16 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import minimize_scalar
+from scipy.stats import spearmanr
 
+from usl_assets.crm.data import TEST_SPLITS
 from usl_assets.crm.interface import ScoreItem
+from usl_assets.crm.judge_pairs import HELDOUT_SPLIT
 from usl_assets.crm.model import NEUTRAL_CRITERIA
 
-TEST_SPLITS = ("human_heldout", "new_scenario", "new_criteria", "criteria_reversed", "pandalm_majority")
-VARIANTS = ("crm", "crm_cross", "crm_factorized", "crm_no_criteria", "base_model", "length_baseline")
+VARIANTS = ("crm", "crm_linear", "crm_factorized", "crm_cross", "crm_length_only", "crm_no_criteria", "base_model",
+            "length_baseline")
 Log = Callable[[str], None]
 
 
@@ -24,14 +28,27 @@ def stable_rank(key: str, seed: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:8], "big")
 
 
-def sample_test_pairs(pairs: pd.DataFrame, max_per_split: int | None, seed: int) -> pd.DataFrame:
-    """The test splits' pairs, at most `max_per_split` per split, chosen by a seeded hash of pair_id."""
+def sample_test_pairs(pairs: pd.DataFrame, max_per_split: int | None, seed: int,
+                      max_per_judged_model: int | None = None) -> pd.DataFrame:
+    """The test splits' pairs, at most `max_per_split` per split (judge_heldout_models: at most
+    `max_per_judged_model` per held-out model), chosen by a seeded hash of pair_id, in that seeded order."""
     test = pairs[pairs["split"].isin(TEST_SPLITS)].copy()
     test["_rank"] = [stable_rank(str(pid), seed) for pid in test["pair_id"]]
     test = test.sort_values(["split", "_rank"])
+    judge = test[test["split"] == HELDOUT_SPLIT]
+    human = test[test["split"] != HELDOUT_SPLIT]
     if max_per_split:
-        test = test.groupby("split", sort=False).head(max_per_split)
-    return test.drop(columns="_rank").reset_index(drop=True)
+        human = human.groupby("split", sort=False).head(max_per_split)
+    if max_per_judged_model and len(judge):
+        judge = judge.groupby(judged_model(judge), sort=False).head(max_per_judged_model)
+    return pd.concat([human, judge]).drop(columns="_rank").reset_index(drop=True)
+
+
+def judged_model(judge: pd.DataFrame) -> pd.Series:
+    """The held-out judged model of each judge_heldout_models row (the other side is the shared reference)."""
+    names = pd.concat([judge["chosen_model"], judge["rejected_model"]])
+    reference = names.value_counts().idxmax()
+    return judge["chosen_model"].where(judge["chosen_model"] != reference, judge["rejected_model"])
 
 
 def pair_rewards(pairs: pd.DataFrame, scorer, criteria_override: tuple[str, ...] | None = None,
@@ -58,9 +75,15 @@ def length_rewards(pairs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 
 def per_pair_results(pairs: pd.DataFrame, variant: str, chosen: np.ndarray, rejected: np.ndarray) -> pd.DataFrame:
+    soft = pairs["soft_label"] if "soft_label" in pairs else pd.Series(1.0, index=pairs.index)
     return pd.DataFrame({
         "pair_id": pairs["pair_id"].to_numpy(),
         "split": pairs["split"].to_numpy(),
+        "chosen_model": (pairs["chosen_model"] if "chosen_model" in pairs else pd.Series(None, index=pairs.index))
+        .to_numpy(dtype=object),
+        "rejected_model": (pairs["rejected_model"] if "rejected_model" in pairs
+                           else pd.Series(None, index=pairs.index)).to_numpy(dtype=object),
+        "soft_label": soft.fillna(1.0).to_numpy(dtype=float),
         "scenario": pairs["scenario"].to_numpy(),
         "scenario_group": pairs["scenario_group"].to_numpy(),
         "chosen_is_longer": pairs["chosen_is_longer"].astype(bool).to_numpy(),
@@ -71,8 +94,57 @@ def per_pair_results(pairs: pd.DataFrame, variant: str, chosen: np.ndarray, reje
     })
 
 
+def judge_model_win_rates(results: pd.DataFrame) -> pd.DataFrame:
+    """judge_heldout_models, per variant and held-out model: the judge's win rate against the reference (mean
+    probability) and the variant's (share of prompts where the model's reward is higher), in percent."""
+    judge = results[results["split"] == HELDOUT_SPLIT]
+    if judge.empty:
+        return pd.DataFrame(columns=["variant", "model", "n", "judge_win_rate", "crm_win_rate"])
+    model = judged_model(judge)
+    model_is_chosen = judge["chosen_model"] == model
+    frame = pd.DataFrame({
+        "variant": judge["variant"], "model": model,
+        "judge": np.where(model_is_chosen, judge["soft_label"], 1.0 - judge["soft_label"]),
+        "crm": np.where(model_is_chosen, judge["reward_chosen"] > judge["reward_rejected"],
+                        judge["reward_rejected"] > judge["reward_chosen"]).astype(float),
+    })
+    out = frame.groupby(["variant", "model"], sort=True).agg(n=("judge", "size"), judge_win_rate=("judge", "mean"),
+                                                             crm_win_rate=("crm", "mean")).reset_index()
+    out[["judge_win_rate", "crm_win_rate"]] *= 100.0
+    return out
+
+
+def win_rate_spearman(win_rates: pd.DataFrame) -> dict[str, float]:
+    """Per variant: Spearman between its win rates and the judge's over the held-out models."""
+    found = {}
+    for variant, group in win_rates.groupby("variant"):
+        if len(group) >= 3 and group["crm_win_rate"].nunique() > 1:
+            found[variant] = float(spearmanr(group["crm_win_rate"], group["judge_win_rate"])[0])
+    return found
+
+
+def fit_temperature(results: pd.DataFrame, variant: str = "crm", split: str = HELDOUT_SPLIT) -> dict:
+    """P(chosen wins) = σ(k·Δreward), k fitted to the soft labels of held-out pairs by log loss (usl_soft)."""
+    rows = results[(results["variant"] == variant) & (results["split"] == split)]
+    if len(rows) < 10:
+        return {"variant": variant, "split": split, "n": len(rows), "temperature": 1.0,
+                "log_loss_at_1": float("nan"), "log_loss": float("nan")}
+    delta = (rows["reward_chosen"] - rows["reward_rejected"]).to_numpy(float)
+    y = rows["soft_label"].to_numpy(float)
+
+    def log_loss(k: float) -> float:
+        z = k * delta
+        return float(np.mean(np.logaddexp(0.0, z) - y * z))
+
+    best = minimize_scalar(log_loss, bounds=(1e-3, 100.0), method="bounded")
+    return {"variant": variant, "split": split, "n": len(rows), "temperature": float(best.x),
+            "log_loss_at_1": log_loss(1.0), "log_loss": float(best.fun)}
+
+
 def summarize(results: pd.DataFrame) -> pd.DataFrame:
-    """One row per (split, variant): n, accuracy, and accuracy where the preferred response is the shorter."""
+    """One row per (split, variant): n, accuracy, and accuracy where the preferred response is the shorter;
+    on judge_heldout_models also the Spearman of model win rates with the judge's."""
+    spearman = win_rate_spearman(judge_model_win_rates(results))
     rows = []
     for (split, variant), group in results.groupby(["split", "variant"], sort=True):
         shorter = group[~group["chosen_is_longer"]]
@@ -85,6 +157,8 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
             "n_shorter_preferred": len(shorter),
             "accuracy_shorter_preferred": float(shorter["correct"].mean()) if len(shorter) else float("nan"),
             "accuracy_longer_preferred": float(longer["correct"].mean()) if len(longer) else float("nan"),
+            "model_win_rate_spearman": spearman.get(variant, float("nan")) if split == HELDOUT_SPLIT
+            else float("nan"),
         })
     return pd.DataFrame(rows)
 
@@ -99,14 +173,17 @@ def summarize_by_scenario(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def evaluate_variants(pairs: pd.DataFrame, scorers: dict[str, object], default_variant: str,
-                      no_criteria_scorer=None, log: Log = print, batch_size: int = 16) -> pd.DataFrame:
-    """Per-pair results of every variant. `scorers`: variant → RewardScorer (crm_cross, crm_factorized,
-    base_model); `crm` reuses `default_variant`'s rewards; crm_no_criteria scores with the neutral criteria."""
+                      no_criteria_scorer=None, log: Log = print, batch_size: int = 16,
+                      subsets: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
+    """Per-pair results of every variant. `scorers`: variant → RewardScorer (crm_linear, crm_factorized,
+    crm_cross, crm_length_only, base_model); `crm` reuses `default_variant`'s rewards; crm_no_criteria scores with
+    the neutral criteria. `subsets[variant]`, when given, are the pairs a slow variant scores instead."""
     frames = [per_pair_results(pairs, "length_baseline", *length_rewards(pairs))]
     for variant, scorer in scorers.items():
-        log(f"evaluating {variant} on {len(pairs)} pairs")
-        rewards = pair_rewards(pairs, scorer, batch_size=batch_size)
-        frames.append(per_pair_results(pairs, variant, *rewards))
+        scored = (subsets or {}).get(variant, pairs)
+        log(f"evaluating {variant} on {len(scored)} pairs")
+        rewards = pair_rewards(scored, scorer, batch_size=batch_size)
+        frames.append(per_pair_results(scored, variant, *rewards))
         if variant == default_variant:
             frames.append(per_pair_results(pairs, "crm", *rewards))
     if no_criteria_scorer is not None:

@@ -22,8 +22,8 @@ from usl_assets.crm.model import (FactorizedHead, collate, criteria_text, embed_
 from usl_assets.crm.train import CHECKPOINT_FILE, device_and_dtype, is_finished, read_checkpoint_info
 from usl_assets.settings import UslConfigError
 
-ARCHITECTURES = ("cross", "factorized")
-DEFAULT_ARCHITECTURE = "factorized"
+ARCHITECTURES = ("linear", "factorized", "cross")
+DEFAULT_ARCHITECTURE = "linear"
 DEFAULT_FILE = "default.json"  # $USL_HOME/models/crm/default.json: the configured default architecture
 LATEST_FILE = "latest.json"  # $USL_HOME/models/crm/<architecture>/latest.json: the last materialized checkpoint
 
@@ -129,13 +129,18 @@ def _with_history(item: ScoreItem) -> str:
 # Loading
 
 
-def load_scorer(checkpoint_dir: Path | str):
-    """A RewardScorer for a finished checkpoint folder (cross or factorized)."""
+def load_scorer(checkpoint_dir: Path | str, length_only: bool = False):
+    """A RewardScorer for a finished checkpoint folder (linear, factorized or cross); `length_only`: the linear
+    CRM's length-only twin."""
     folder = Path(checkpoint_dir)
     if not is_finished(folder):
         raise UslConfigError(f"{folder} is not a finished CRM checkpoint (no {CHECKPOINT_FILE})")
     info = read_checkpoint_info(folder)
     backbone = _checkpoint_backbone(info)
+    if info["architecture"] == "linear":
+        from usl_assets.crm.linear_crm import load_linear_scorer
+
+        return load_linear_scorer(folder, backbone, info["checkpoint_id"], length_only=length_only)
     max_length = int(info["hyperparameters"]["max_length"])
     if info["architecture"] == "cross":
         model, tokenizer = load_merged_cross(folder, backbone)

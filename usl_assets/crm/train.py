@@ -1,4 +1,9 @@
-"""Bradley–Terry training of both CRM architectures with a budget (steps and minutes) and resume.
+"""Bradley–Terry training of the CRM architectures with a budget in steps, and resume.
+
+Budgets are steps (L-BFGS iterations for the linear CRM), never minutes, so the same inputs train the same
+checkpoint on a quiet or a busy machine. `max_minutes` is only a safety net: a training that reaches it stops
+with TrainingTimeLimit (the asset fails with that message; the intermediate state stays for a resume), it never
+ships a half-trained checkpoint.
 
 loss = -log σ(r_chosen − r_rejected). A checkpoint folder is `<root>/<architecture>/<checkpoint_id>/`; the id is a
 hash of the backbone's identity, the training data and the hyperparameters, so a rerun of the same training
@@ -24,21 +29,20 @@ import torch
 from usl_assets.crm.backbones import Backbone
 from usl_assets.crm.features import FEATURE_NAMES, feature_matrix
 from usl_assets.crm.interface import ScoreItem
+from usl_assets.crm.linear import TrainingTimeLimit
 from usl_assets.crm.model import (FactorizedHead, collate, criteria_text, embed_texts, encode_cross,
                                   load_cross_model, load_encoder, lora_config)
 
 Log = Callable[[str], None]
 CHECKPOINT_FILE = "crm.json"
-# The factorized CRM spends at most this share of its minutes budget embedding texts for phase 1.
-PHASE1_SHARE = 0.6
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    architecture: str  # cross | factorized
+    architecture: str  # cross | factorized | linear
     max_length: int = 256
     max_steps: int = 400
-    max_minutes: float = 3.0
+    max_minutes: float = 30.0  # safety net only: reaching it fails the training (TrainingTimeLimit)
     batch_size: int = 8  # pairs per step
     lr: float = 2e-4
     lora_r: int = 8
@@ -46,9 +50,13 @@ class TrainConfig:
     warmup_steps: int = 10
     checkpoint_every: int = 25  # steps between intermediate checkpoints
     head_epochs: int = 40  # factorized: epochs of the head over frozen embeddings of every pair, before LoRA
+    phase1_pairs: int = 1200  # factorized: pairs (seeded order) whose texts phase 1 embeds
+    judge_weight: float = 0.25  # linear: weight of an AI-judge row (human rows weigh 1)
+    harmless_weight: float = 0.5  # linear: weight of an hh-rlhf harmless row
 
     def budget_key(self) -> dict:
-        return asdict(self)
+        """What the checkpoint id hashes: everything that changes the trained weights (not the safety net)."""
+        return {k: v for k, v in asdict(self).items() if k != "max_minutes"}
 
 
 @dataclass
@@ -110,10 +118,18 @@ def batch_indices(step: int, batch_size: int, n: int, seed: int) -> np.ndarray:
     return np.array([orders[e][p % n] for e, p in zip(epochs, positions)])
 
 
-def lr_factor(step: int, elapsed: float, config: TrainConfig) -> float:
-    """Linear warmup, then linear decay to 10% over whichever budget (steps or minutes) runs out first."""
-    progress = max(step / max(config.max_steps, 1), elapsed / max(config.max_minutes * 60, 1e-9))
+def lr_factor(step: int, config: TrainConfig) -> float:
+    """Linear warmup, then linear decay to 10% over the step budget."""
+    progress = step / max(config.max_steps, 1)
     return min(1.0, (step + 1) / max(config.warmup_steps, 1)) * max(0.1, 1.0 - progress)
+
+
+def check_time_limit(elapsed: float, config: TrainConfig, step: int) -> None:
+    if elapsed > config.max_minutes * 60:
+        raise TrainingTimeLimit(
+            f"{config.architecture} CRM training reached its wall-clock safety net ({config.max_minutes:g} min) at "
+            f"step {step} of {config.max_steps}: no checkpoint was shipped. Budgets are steps; raise "
+            f"crm_settings.max_minutes (or lower max_steps) and rerun: it resumes from the last intermediate state")
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -175,8 +191,15 @@ def train_crm(pairs: pd.DataFrame, backbone: Backbone, config: TrainConfig, mode
         log(f"checkpoint {ckpt_id} already trained on this data and configuration: reusing it")
         return TrainResult(folder, ckpt_id, reused=True, **info["training"])
     folder.mkdir(parents=True, exist_ok=True)
-    trainer = CrossTrainer if config.architecture == "cross" else FactorizedTrainer
-    result = trainer(pairs, backbone, config, folder, log).run(stop_after_steps)
+    if config.architecture == "linear":
+        from usl_assets.crm.linear_crm import train_linear
+
+        figures = train_linear(pairs, backbone, config, folder, log)
+        result = TrainResult(folder, ckpt_id, figures["steps"], figures["pairs_seen"], figures["tokens_seen"],
+                             figures["wall_seconds"], figures["final_loss"], round(peak_memory_mb(torch.device("cpu")), 1))
+    else:
+        trainer = CrossTrainer if config.architecture == "cross" else FactorizedTrainer
+        result = trainer(pairs, backbone, config, folder, log).run(stop_after_steps)
     if stop_after_steps is None:
         info = {
             "architecture": config.architecture,
@@ -224,9 +247,10 @@ class _Trainer:
             self.elapsed = time.perf_counter() - start
             self.checkpoint()
         config, window = self.config, time.perf_counter()
-        while self.step < config.max_steps and self.elapsed < config.max_minutes * 60:
+        while self.step < config.max_steps:
+            check_time_limit(self.elapsed, config, self.step)
             for group in self.optimizer.param_groups:
-                group["lr"] = group.get("base_lr", config.lr) * lr_factor(self.step, self.elapsed, config)
+                group["lr"] = group.get("base_lr", config.lr) * lr_factor(self.step, config)
             indices = batch_indices(self.step, config.batch_size, len(self.examples), config.seed)
             loss, tokens = self.train_step(indices)
             self.step += 1
@@ -240,7 +264,7 @@ class _Trainer:
                 window = time.perf_counter()
                 self.log(f"{config.architecture} step {self.step}/{config.max_steps} "
                          f"loss {np.mean(self.losses[-config.checkpoint_every:]):.4f} {rate:.1f} pairs/s "
-                         f"elapsed {self.elapsed:.0f}s of {config.max_minutes * 60:.0f}s")
+                         f"elapsed {self.elapsed:.0f}s")
             if stop_after_steps is not None and self.step >= stop_after_steps:
                 self.checkpoint()
                 break
@@ -349,8 +373,8 @@ class FactorizedTrainer(_Trainer):
         return [p for p in self.peft_model.parameters() if p.requires_grad] + list(self.head.parameters())
 
     def prepare(self) -> None:
-        """Phase 1: embed each distinct text once (no gradients), pair by pair in seeded order, for at most
-        `PHASE1_SHARE` of the minutes budget; then fit the head on every pair whose texts are embedded."""
+        """Phase 1: embed each distinct text once (no gradients) of the first `phase1_pairs` pairs in seeded
+        order; then fit the head on every pair whose texts are embedded."""
         started = time.perf_counter()
         vectors = self._embed_pairs(started)
         covered = [i for i, e in enumerate(self.examples)
@@ -368,11 +392,10 @@ class FactorizedTrainer(_Trainer):
     def _embed_pairs(self, started: float, pairs_per_chunk: int = 32) -> dict[str, torch.Tensor]:
         order = np.random.default_rng(self.config.seed).permutation(len(self.examples))
         half, vectors = self.config.max_length // 2, {}
-        deadline = started + PHASE1_SHARE * self.config.max_minutes * 60
+        order = order[: self.config.phase1_pairs]
         self.peft_model.eval()
         for start in range(0, len(order), pairs_per_chunk):
-            if time.perf_counter() > deadline:
-                break
+            check_time_limit(time.perf_counter() - started, self.config, 0)
             chunk = [self.examples[i] for i in order[start:start + pairs_per_chunk]]
             short = {t for e in chunk for t in (e[0], criteria_text(e[3]))} - vectors.keys()
             long = {t for e in chunk for t in (e[1], e[2])} - vectors.keys()

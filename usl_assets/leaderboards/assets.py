@@ -68,6 +68,18 @@ def unranked_rewards_by_reason(warehouse: Warehouse) -> dg.AssetCheckResult:
         "unranked": dg.MetadataValue.int(int(by_reason["rewards"].sum())), "by_reason": markdown(by_reason)})
 
 
+def calibrated_temperature(warehouse: Warehouse, checkpoints: set[str]) -> float:
+    """usl_soft's k for the checkpoint that scored the rewards; fails when it was calibrated for another one."""
+    if not warehouse.table_exists("crm.calibration"):
+        raise dg.Failure("crm.calibration is missing: materialize crm_evaluation first")
+    calibration = warehouse.read_table("crm.calibration")
+    found = calibration[calibration["checkpoint_id"].isin(checkpoints)] if checkpoints else calibration
+    if found.empty:
+        raise dg.Failure(f"crm.calibration has no row for the scoring checkpoint(s) {sorted(checkpoints)}: "
+                         "rematerialize crm_evaluation and the scoring partitions with the same CRM")
+    return float(found["temperature"].iloc[0])
+
+
 class RankingConfig(dg.Config):
     usl_bootstrap_rounds: int = Field(default=1000, description="bootstrap resamples of prompts for the USL score")
     bt_bootstrap_rounds: int = Field(default=200, description="bootstrap resamples for Bradley–Terry (one fit each)")
@@ -75,10 +87,11 @@ class RankingConfig(dg.Config):
     seed: int = 0
 
 
-@dg.asset(group_name=GROUP, deps=["reference_comparisons", "pairwise_comparisons"], pool=WAREHOUSE_POOL,
-          kinds={"duckdb", "python"},
-          description="leaderboard.rankings: USL score and Bradley–Terry rating per pool × profile × topic "
-                      "(all, scenario group, scenario) with bootstrap intervals and overlap-tied ranks")
+@dg.asset(group_name=GROUP, deps=["reference_comparisons", "pairwise_comparisons", "crm_evaluation"],
+          pool=WAREHOUSE_POOL, kinds={"duckdb", "python"},
+          description="leaderboard.rankings: usl_soft (default), usl, usl_lc and Bradley–Terry per pool × profile × "
+                      "topic (all, scenario group, scenario) with bootstrap intervals and overlap-tied ranks; "
+                      "usl_soft's temperature from crm.calibration")
 def rankings(context: dg.AssetExecutionContext, config: RankingConfig, warehouse: Warehouse) -> dg.MaterializeResult:
     reference_wins = warehouse.read_table("leaderboard.reference_comparisons")
     pairs = warehouse.read_table("leaderboard.pairwise_comparisons")
@@ -91,7 +104,9 @@ def rankings(context: dg.AssetExecutionContext, config: RankingConfig, warehouse
         elapsed = time.perf_counter() - started
         context.log.info(f"ranked {done}/{total} pool × profile slices ({elapsed:.1f} s, {done / elapsed:.2f}/s)")
 
-    table = ranking.rank_all(reference_wins, pairs, settings, progress=progress)
+    temperature = calibrated_temperature(warehouse, set(reference_wins.get("checkpoint_id", pd.Series()).dropna()))
+    context.log.info(f"usl_soft temperature k = {temperature:.3f} (crm.calibration)")
+    table = ranking.rank_all(reference_wins, pairs, settings, progress=progress, temperature=temperature)
     warehouse.replace_table("leaderboard.rankings", table, "USL score and Bradley–Terry rating with 95% intervals")
     top = table[(table["profile"] == "default") & (table["scenario"] == "all")]
     return dg.MaterializeResult(metadata={
@@ -108,8 +123,8 @@ def rankings(context: dg.AssetExecutionContext, config: RankingConfig, warehouse
 def rankings_consistent(warehouse: Warehouse) -> dg.AssetCheckResult:
     counts = warehouse.query("""
         SELECT
-            count(*) FILTER (WHERE method = 'usl' AND (score < 0 OR score > 100)) AS usl_out_of_range,
-            count(*) FILTER (WHERE method = 'usl' AND NOT (ci_low <= score + 1e-9 AND score <= ci_high + 1e-9))
+            count(*) FILTER (WHERE method LIKE 'usl%' AND (score < 0 OR score > 100)) AS usl_out_of_range,
+            count(*) FILTER (WHERE method LIKE 'usl%' AND NOT (ci_low <= score + 1e-9 AND score <= ci_high + 1e-9))
                 AS usl_outside_interval,
             count(*) FILTER (WHERE method = 'bradley_terry' AND NOT (ci_low <= score AND score <= ci_high))
                 AS bt_outside_interval,
@@ -153,10 +168,12 @@ def external_validity_measured(warehouse: Warehouse) -> dg.AssetCheckResult:
 def leaderboard_beats_length_baseline(warehouse: Warehouse) -> dg.AssetCheckResult:
     table = warehouse.query(
         "SELECT pool, method, n_models, spearman FROM leaderboard.external_validity "
-        "WHERE external_ranking = 'lmarena_2025' AND method IN ('usl', 'mean_length') AND spearman IS NOT NULL")
+        "WHERE external_ranking = 'lmarena_2025' AND method IN (?, 'mean_length') AND spearman IS NOT NULL",
+        [ranking.DEFAULT_METHOD])
     wide = table.pivot_table(index="pool", columns="method", values="spearman")
-    comparable = wide.dropna() if {"usl", "mean_length"} <= set(wide.columns) else wide.iloc[0:0]
-    passed = bool(len(comparable)) and bool((comparable["usl"] >= comparable["mean_length"]).all())
+    ours = ranking.DEFAULT_METHOD
+    comparable = wide.dropna() if {ours, "mean_length"} <= set(wide.columns) else wide.iloc[0:0]
+    passed = bool(len(comparable)) and bool((comparable[ours] >= comparable["mean_length"]).all())
     return dg.AssetCheckResult(passed=passed, severity=dg.AssetCheckSeverity.WARN,
                                metadata={"spearman_with_lmarena_2025": markdown(wide.reset_index())})
 

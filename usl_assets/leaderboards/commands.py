@@ -15,7 +15,7 @@ from usl_assets.resources import Warehouse
 from usl_assets.settings import UslConfigError, usl_home
 
 FORMATS = ("table", "csv", "json")
-METHODS = ("usl", "bradley_terry")
+METHODS = ranking.METHODS
 
 
 def add_parsers(subparsers: argparse._SubParsersAction) -> None:
@@ -27,8 +27,10 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--criteria", action="append", default=[], metavar="TEXT",
                         help="one criterion of yours (repeatable); omitted: each scenario's default criteria")
     parser.add_argument("--format", choices=FORMATS, default="table")
-    parser.add_argument("--method", choices=METHODS, default="usl",
-                        help="usl: win rate against the pool's reference model (default); bradley_terry: ratings")
+    parser.add_argument("--method", choices=METHODS, default=ranking.DEFAULT_METHOD,
+                        help="usl_soft (default): mean win probability against the pool's reference model; usl: "
+                             "the paper's hard wins; usl_lc: length-controlled win rate; bradley_terry: ratings "
+                             "(docs/leaderboards.md)")
     parser.add_argument("--bootstrap-rounds", type=int, default=1000, help="resamples for the intervals")
     parser.set_defaults(handler=show_leaderboard)
 
@@ -78,23 +80,36 @@ def pairs_from_rewards(rewards: pd.DataFrame) -> pd.DataFrame:
     return merged[["prompt_id", "scenario", "scenario_group", "model_a", "model_b"]].assign(a_score=a_score)
 
 
+def usl_soft_temperature(published: Path | None = None) -> float:
+    """usl_soft's k for the published CRM (crm.calibration); 1 when the evaluation has not run."""
+    try:
+        found = read_published("SELECT temperature FROM crm.calibration LIMIT 1", path=published)
+    except duckdb.Error:
+        return 1.0
+    return float(found["temperature"].iloc[0]) if len(found) else 1.0
+
+
 def adhoc_rankings(rewards: pd.DataFrame, known: pd.DataFrame, topics: list[str], method: str,
-                   reference_model: str | None, settings: ranking.BootstrapSettings) -> pd.DataFrame:
-    """Rank ad hoc rewards (pool, prompt_id, model, scenario, reward) overall and per topic, the way the
-    leaderboard assets do."""
+                   reference_model: str | None, settings: ranking.BootstrapSettings,
+                   temperature: float = 1.0) -> pd.DataFrame:
+    """Rank ad hoc rewards (pool, prompt_id, model, scenario, reward, length_chars) overall and per topic, the
+    way the leaderboard assets do (ranking.score_method)."""
     rewards = rewards.merge(known, on="scenario", how="left")
-    rng = np.random.default_rng(settings.seed)
-    if method == "usl":
+    if method != "bradley_terry":
         if reference_model is None or reference_model not in set(rewards["model"]):
             raise UslConfigError(f"the pool's reference model {reference_model!r} has no rewards: use "
                                  "--method bradley_terry")
-        comparisons, score = ranking.reference_wins_from_rewards(rewards, reference_model), ranking.usl_scores
+        comparisons = ranking.reference_wins_from_rewards(rewards, reference_model)
     else:
-        comparisons, score = pairs_from_rewards(rewards), ranking.bradley_terry_scores
-    parts = [ranking.with_ranks(score(comparisons, settings, rng)).assign(scenario="all")]
-    for topic in topics:
-        rows = comparisons[(comparisons["scenario"] == topic) | (comparisons["scenario_group"] == topic)]
-        parts.append(ranking.with_ranks(score(rows, settings, rng)).assign(scenario=topic))
+        comparisons = pairs_from_rewards(rewards)
+    scale = ranking.length_scale_of(comparisons) if method != "bradley_terry" else 1.0
+    parts = []
+    for topic in ["all", *topics]:
+        rows = comparisons if topic == "all" else comparisons[(comparisons["scenario"] == topic)
+                                                              | (comparisons["scenario_group"] == topic)]
+        rng = ranking.slice_rng(settings, "adhoc", method, topic)
+        scores = ranking.score_method(method, rows, settings, rng, temperature, scale)
+        parts.append(ranking.with_ranks(scores).assign(scenario=topic))
     return pd.concat(parts, ignore_index=True)
 
 
@@ -150,7 +165,7 @@ def show_leaderboard(args: argparse.Namespace) -> int:
                                    [args.pool])["reference_model"]
         settings = ranking.BootstrapSettings(usl_rounds=args.bootstrap_rounds, bt_rounds=args.bootstrap_rounds)
         long = adhoc_rankings(rewards, known, topics, args.method, reference.iloc[0] if len(reference) else None,
-                              settings)
+                              settings, usl_soft_temperature())
     else:
         long = published_rankings(args.pool, topics, args.method)
         if long.empty:

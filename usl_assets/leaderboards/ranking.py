@@ -132,28 +132,48 @@ def topics(frame: pd.DataFrame) -> Iterator[tuple[str, str, pd.DataFrame]]:
         yield "scenario", str(scenario), rows
 
 
-def rank_all(reference_wins: pd.DataFrame, pairs: pd.DataFrame, settings: BootstrapSettings,
-             progress=None) -> pd.DataFrame:
-    """leaderboard.rankings: both methods for every pool × profile × topic.
+def length_scale_of(reference_wins: pd.DataFrame) -> float:
+    """usl_lc's length unit: the spread of length differences with the reference (AlpacaEval 2 divides by it)."""
+    scale = float(reference_wins["length_diff"].std()) if len(reference_wins) > 1 else 1.0
+    return scale if np.isfinite(scale) and scale > 0 else 1.0
 
-    reference_wins: pool, profile, prompt_id, scenario, scenario_group, model, win.
+
+def score_method(method: str, rows: pd.DataFrame, settings: BootstrapSettings, rng: np.random.Generator,
+                 temperature: float = 1.0, length_scale: float = 1.0) -> pd.DataFrame:
+    """One method's scores for one slice: `rows` are reference comparisons (usl*) or model pairs (bradley_terry)."""
+    if method == "usl":
+        return usl_scores(rows, settings, rng)
+    if method == "usl_soft":
+        return usl_scores(soft_wins(rows, temperature), settings, rng)
+    if method == "usl_lc":
+        return length_controlled_scores(soft_wins(rows, temperature), settings, rng, length_scale)
+    if method == "bradley_terry":
+        return bradley_terry_scores(rows, settings, rng)
+    raise ValueError(f"unknown method {method!r}: one of {', '.join(METHODS)}")
+
+
+def rank_all(reference_wins: pd.DataFrame, pairs: pd.DataFrame, settings: BootstrapSettings,
+             progress=None, temperature: float = 1.0) -> pd.DataFrame:
+    """leaderboard.rankings: every method (METHODS) for every pool × profile × topic.
+
+    reference_wins: pool, profile, prompt_id, scenario, scenario_group, model, win, reward_diff, length_diff.
     pairs: pool, profile, prompt_id, scenario, scenario_group, model_a, model_b, a_score.
-    `progress(done, total)` is called after each pool × profile, if given.
+    `temperature`: usl_soft's k (crm.calibration). `progress(done, total)` after each pool × profile, if given.
+    Each slice's bootstrap is seeded by its own key (pool, profile, method, topic).
     """
-    rng = np.random.default_rng(settings.seed)
     parts = []
     slices = sorted(set(map(tuple, reference_wins[["pool", "profile"]].drop_duplicates().to_numpy()))
                     | set(map(tuple, pairs[["pool", "profile"]].drop_duplicates().to_numpy())))
     for done, (pool, profile) in enumerate(slices, start=1):
         keys = {"pool": pool, "profile": profile}
         usl_rows = reference_wins[(reference_wins["pool"] == pool) & (reference_wins["profile"] == profile)]
-        for level, topic, rows in topics(usl_rows):
-            parts.append(with_ranks(usl_scores(rows, settings, rng)).assign(
-                **keys, level=level, scenario=topic, method="usl"))
         pair_rows = pairs[(pairs["pool"] == pool) & (pairs["profile"] == profile)]
-        for level, topic, rows in topics(pair_rows):
-            parts.append(with_ranks(bradley_terry_scores(rows, settings, rng)).assign(
-                **keys, level=level, scenario=topic, method="bradley_terry"))
+        scale = length_scale_of(usl_rows)
+        for method in METHODS:
+            for level, topic, rows in topics(pair_rows if method == "bradley_terry" else usl_rows):
+                rng = slice_rng(settings, pool, profile, method, level, topic)
+                scores = score_method(method, rows, settings, rng, temperature, scale)
+                parts.append(with_ranks(scores).assign(**keys, level=level, scenario=topic, method=method))
         if progress:
             progress(done, len(slices))
     if not parts:
@@ -169,11 +189,15 @@ def empty_rankings() -> pd.DataFrame:
 def reference_wins_from_rewards(rewards: pd.DataFrame, reference_model: str) -> pd.DataFrame:
     """The USL win column from raw rewards (prompt_id, model, reward, …): what reference_comparisons.sql does in
     the warehouse, for the CLI's ad hoc rewards that never reach a table."""
-    reference = rewards.loc[rewards["model"] == reference_model, ["prompt_id", "reward"]]
-    merged = rewards.merge(reference.rename(columns={"reward": "reference_reward"}), on="prompt_id")
+    columns = ["prompt_id", "reward"] + (["length_chars"] if "length_chars" in rewards else [])
+    reference = rewards.loc[rewards["model"] == reference_model, columns]
+    merged = rewards.merge(reference.rename(columns={"reward": "reference_reward",
+                                                     "length_chars": "reference_length"}), on="prompt_id")
     win = np.select([merged["reward"] > merged["reference_reward"], merged["reward"] == merged["reference_reward"]],
                     [1.0, 0.5], 0.0)
-    return merged.drop(columns=["reference_reward"]).assign(win=win)
+    length_diff = (merged["length_chars"] - merged["reference_length"]) if "length_chars" in merged else 0.0
+    return merged.drop(columns=["reference_reward", "reference_length"], errors="ignore").assign(
+        win=win, reward_diff=merged["reward"] - merged["reference_reward"], length_diff=length_diff)
 
 
 DEFAULT_REFERENCE_MODELS = {"alpaca_eval": "gpt4_1106_preview", "mt_bench": "gpt-4"}
@@ -188,3 +212,63 @@ def reference_models_table(configured: dict[str, str], pool_models: pd.DataFrame
         rows.append({"pool": pool, "reference_model": reference, "reference_present": reference in set(models["model"]),
                      "n_models": models["model"].nunique()})
     return pd.DataFrame(rows, columns=["pool", "reference_model", "reference_present", "n_models"])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# usl_soft and usl_lc: win probabilities from the reward difference
+
+# What `usl leaderboard`, the summary of `usl run` and the page show first (docs/leaderboards.md says why).
+DEFAULT_METHOD = "usl_soft"
+METHODS = ("usl_soft", "usl", "usl_lc", "bradley_terry")
+
+
+def soft_wins(reference_wins: pd.DataFrame, temperature: float) -> pd.DataFrame:
+    """`win` replaced by P(model beats the reference) = σ(k·reward difference), k from crm.calibration."""
+    probability = 1.0 / (1.0 + np.exp(-temperature * reference_wins["reward_diff"].to_numpy(float)))
+    return reference_wins.assign(win=probability)
+
+
+def _lc_fit(p: np.ndarray, x: np.ndarray, observed: np.ndarray, weights: np.ndarray,
+            iterations: int = 25, ridge: float = 1e-3) -> np.ndarray:
+    """Per (resample, model): logistic GLM p ≈ σ(θ + φ·x) by Newton steps, all at once; returns θ.
+
+    p, x, observed: prompts × models; weights: resamples × prompts (how often each prompt is drawn)."""
+    rounds, models = weights.shape[0], p.shape[1]
+    theta, phi = np.zeros((rounds, models)), np.zeros((rounds, models))
+    w = weights[:, :, None] * observed[None, :, :]  # resamples × prompts × models
+    for _ in range(iterations):
+        z = theta[:, None, :] + phi[:, None, :] * x[None, :, :]
+        s = 1.0 / (1.0 + np.exp(-z))
+        r = w * (s - p[None, :, :])
+        h = w * s * (1.0 - s)
+        g_theta, g_phi = r.sum(1), (r * x[None]).sum(1) + ridge * phi
+        h_tt, h_tp, h_pp = h.sum(1) + 1e-9, (h * x[None]).sum(1), (h * x[None] ** 2).sum(1) + ridge
+        det = h_tt * h_pp - h_tp**2
+        theta = theta - (h_pp * g_theta - h_tp * g_phi) / det
+        phi = phi - (h_tt * g_phi - h_tp * g_theta) / det
+    return theta
+
+
+def length_controlled_scores(soft: pd.DataFrame, settings: BootstrapSettings, rng: np.random.Generator,
+                             length_scale: float) -> pd.DataFrame:
+    """usl_lc, AlpacaEval 2's length-controlled win rate on the CRM's win probabilities: per model,
+    P(beats reference) = σ(θ + φ·tanh(Δlength / scale)) and the score is 100·σ(θ), the win rate at equal length."""
+    table = soft.pivot_table(index="prompt_id", columns="model", values="win", aggfunc="mean")
+    lengths = soft.pivot_table(index="prompt_id", columns="model", values="length_diff", aggfunc="mean")
+    lengths = lengths.reindex(index=table.index, columns=table.columns)
+    observed = table.notna().to_numpy(float)
+    p, x = table.fillna(0.5).to_numpy(float), np.tanh(lengths.fillna(0.0).to_numpy(float) / length_scale)
+    point = 100.0 / (1.0 + np.exp(-_lc_fit(p, x, observed, np.ones((1, len(table))))[0]))
+    weights = bootstrap_weights(len(table), settings.bt_rounds, rng)
+    samples = 100.0 / (1.0 + np.exp(-_lc_fit(p, x, observed, weights)))
+    low, high = interval(samples, settings.confidence)
+    return pd.DataFrame({"model": table.columns.astype(str), "score": point, "ci_low": low, "ci_high": high,
+                         "n_prompts": observed.sum(0).astype(int)})
+
+
+def slice_rng(settings: BootstrapSettings, *key: str) -> np.random.Generator:
+    """A generator seeded by the slice's own key, so adding a pool or profile never moves another's intervals."""
+    import hashlib
+
+    digest = hashlib.sha256("\x1f".join((str(settings.seed), *key)).encode("utf-8")).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "big"))

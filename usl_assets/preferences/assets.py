@@ -17,6 +17,7 @@ RAW_TABLES = {  # source -> (asset name, raw table)
     "autoj": ("raw_autoj_pairwise", "raw.autoj_pairwise"),
     "pandalm": ("raw_pandalm", "raw.pandalm"),
     "hh_rlhf_harmless": ("raw_hh_rlhf_harmless", "raw.hh_rlhf_harmless"),
+    "alpaca_eval_judge": ("raw_alpaca_eval_judgments", "raw.alpaca_eval_judgments"),
     "user": ("raw_user_preferences", "raw.user_preferences"),
 }
 CANONICAL_TABLE = "staging.canonical_preferences"
@@ -71,6 +72,28 @@ raw_pandalm = public_raw_asset(
 raw_hh_rlhf_harmless = public_raw_asset(
     "hh_rlhf_harmless", sources.HH_RLHF_FILE, sources.read_gzip_jsonl_file,
     "Anthropic hh-rlhf harmless-base test split (chosen/rejected dialogues), as it is.")
+
+
+class JudgmentsConfig(dg.Config):
+    max_prompts: int = Field(
+        default=0,
+        description="Keep the judgments of the first N distinct instructions of the file (every judged model on "
+                    "each); 0 keeps all 805. Tests use small slices.",
+    )
+
+
+@dg.asset(group_name=GROUP, pool=WAREHOUSE_POOL, kinds={"duckdb"})
+def raw_alpaca_eval_judgments(context: dg.AssetExecutionContext, config: JudgmentsConfig, data_dir: DataDir,
+                              warehouse: Warehouse) -> dg.MaterializeResult:
+    """GPT-4 Turbo's pairwise judgments of 42 models against one reference on AlpacaEval's 805 prompts (33,800
+    rows), as they are: the AI-judge teacher. Its 42 models are disjoint from the response pools' models."""
+    path = data_dir.file(sources.ALPACA_EVAL_JUDGE_FILE)
+    raw = sources.read_gzip_jsonl_file(path)
+    if config.max_prompts > 0 and "instruction" in raw.rows:
+        first = list(dict.fromkeys(raw.rows["instruction"].dropna()))[: config.max_prompts]
+        raw.rows = raw.rows[raw.rows["instruction"].isin(first)].reset_index(drop=True)
+        context.log.info(f"slice: the judgments of the first {len(first)} instructions ({len(raw.rows):,} rows)")
+    return land_raw(context, warehouse, RAW_TABLES["alpaca_eval_judge"][1], raw, path)
 
 
 class UserPreferencesConfig(dg.Config):
@@ -264,7 +287,8 @@ def preferences_raw_balance(warehouse: Warehouse) -> dg.AssetCheckResult:
 
 
 defs = dg.Definitions(
-    assets=[raw_autoj_pairwise, raw_pandalm, raw_hh_rlhf_harmless, raw_user_preferences, scenario_criteria,
+    assets=[raw_autoj_pairwise, raw_pandalm, raw_hh_rlhf_harmless, raw_alpaca_eval_judgments, raw_user_preferences,
+            scenario_criteria,
             canonical_preferences, validate_preferences],
     asset_checks=[*(raw_readable_check(source) for source in RAW_TABLES), scenario_criteria_complete,
                   canonical_preferences_complete, validated_preferences_pandera, validated_preferences_gx,

@@ -17,7 +17,9 @@ from usl_assets.preferences.criteria import criteria_texts, load_scenarios
 from usl_assets.preferences.sources import raw_record
 from usl_assets.resources import Warehouse
 
-SOURCES = ("autoj", "pandalm", "hh_rlhf_harmless", "user")
+SOURCES = ("autoj", "pandalm", "hh_rlhf_harmless", "alpaca_eval_judge", "user")
+LABEL_KINDS = ("human", "ai_judge")
+AI_JUDGE_SOURCES = ("alpaca_eval_judge",)
 WINNERS = ("model_a", "model_b", "tie")
 HUMAN, ASSISTANT = "\n\nHuman:", "\n\nAssistant:"
 
@@ -37,6 +39,8 @@ CANONICAL_TYPES = {
     "scenario": "VARCHAR",
     "a_criteria": "VARCHAR[]",
     "b_criteria": "VARCHAR[]",
+    "label_kind": "VARCHAR",
+    "soft_label": "DOUBLE",
 }
 STAGING_TYPES = {
     **CANONICAL_TYPES,
@@ -298,10 +302,39 @@ def optional_text(record: dict, name: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def alpaca_eval_judge_row(record: dict, book: CriteriaBook) -> dict:
+    """AlpacaEval's GPT-4 Turbo judgments: output_1 (the reference, side A) vs output_2 (side B); `preference` in
+    [1, 2] is the judge's probability-weighted choice, so P(side A preferred) = 2 - preference. The judge was asked
+    for overall quality: the criteria come from the tagged scenario (tagged_preferences fills them)."""
+    preference = record.get("preference")
+    if isinstance(preference, bool) or not isinstance(preference, int | float) or not 1 <= preference <= 2:
+        raise RecordProblem("unknown_label", f"preference {json.dumps(preference)[:60]} is not a number in [1, 2]")
+    a_probability = 2.0 - float(preference)
+    winner = "model_a" if a_probability > 0.5 else "model_b" if a_probability < 0.5 else "tie"
+    return pair_row(
+        text_field(record, "instruction", "prompt"), text_field(record, "output_1", "response_a"),
+        text_field(record, "output_2", "response_b"), winner,
+        model_a_name=optional_text(record, "generator_1"), model_b_name=optional_text(record, "generator_2"),
+        a_criteria=[], b_criteria=[], label_kind="ai_judge", soft_label=a_probability,
+    )
+
+
+HUMAN_SOFT_LABELS = {"model_a": 1.0, "model_b": 0.0, "tie": 0.5}
+
+
+def with_label_kind(row: dict) -> dict:
+    """Human sources: label_kind 'human' and the hard label as a probability that side A is preferred."""
+    if row.get("label_kind") is None:
+        row["label_kind"] = "human"
+        row["soft_label"] = HUMAN_SOFT_LABELS.get(row.get("human_winner"))
+    return row
+
+
 CONVERTERS: dict[str, Callable[[dict, CriteriaBook], dict]] = {
     "autoj": autoj_row,
     "pandalm": pandalm_row,
     "hh_rlhf_harmless": hh_rlhf_row,
+    "alpaca_eval_judge": alpaca_eval_judge_row,
     "user": user_row,
 }
 
@@ -320,7 +353,7 @@ def canonical_rows(source: str, raw: pd.DataFrame, book: CriteriaBook) -> pd.Dat
             row.update(conversion_rule=rule, conversion_detail=detail)
         else:
             try:
-                row.update(convert(record, book))
+                row.update(with_label_kind(convert(record, book)))
             except RecordProblem as problem:
                 row.update(conversion_rule=problem.rule, conversion_detail=problem.detail)
         rows.append(row)

@@ -21,6 +21,7 @@ from usl_assets.settings import UslConfigError
 AUTOJ_FILE = "preferences/autoj_pairwise.jsonl"
 PANDALM_FILE = "preferences/pandalm_annotated.json"
 HH_RLHF_FILE = "preferences/hh_rlhf_harmless_test.jsonl.gz"
+ALPACA_EVAL_JUDGE_FILE = "preferences/alpaca_eval_gpt4_turbo_judgments.jsonl.gz"
 USER_PREFERENCES_ENV = "USL_USER_PREFERENCES"
 
 RAW_BOOKKEEPING_COLUMNS = ["row_number", "raw_error", "raw_line"]

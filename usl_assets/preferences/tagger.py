@@ -292,9 +292,12 @@ def tag_preferences(preferences: pd.DataFrame, tagger: ScenarioTagger, group_of:
         "tagger_confidence": np.nan,
     })
     if (~human).any():
-        predicted = tagger.predict(preferences.loc[~human, "prompt"].tolist(), progress=progress)
-        tags.loc[~human, "scenario"] = predicted["scenario"].to_numpy()
-        tags.loc[~human, "tagger_confidence"] = predicted["confidence"].to_numpy()
+        # Each distinct prompt is tagged once (AI-judge sources repeat every prompt for each judged model).
+        prompts = preferences.loc[~human, "prompt"]
+        unique_prompts = list(dict.fromkeys(prompts.tolist()))
+        predicted = tagger.predict(unique_prompts, progress=progress).set_index(pd.Index(unique_prompts))
+        tags.loc[~human, "scenario"] = predicted["scenario"].reindex(prompts).to_numpy()
+        tags.loc[~human, "tagger_confidence"] = predicted["confidence"].reindex(prompts).to_numpy()
     tags["scenario_group"] = tags["scenario"].map(group_of)
     filled = [_is_empty(a) and _is_empty(b) for a, b in zip(preferences["a_criteria"], preferences["b_criteria"],
                                                               strict=True)]

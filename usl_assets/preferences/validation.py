@@ -12,7 +12,7 @@ from great_expectations.data_context.types.base import ProgressBarsConfig
 import pandas as pd
 import pandera.pandas as pa
 
-from usl_assets.preferences.canonical import CANONICAL_TYPES, SOURCES, WINNERS
+from usl_assets.preferences.canonical import AI_JUDGE_SOURCES, CANONICAL_TYPES, LABEL_KINDS, SOURCES, WINNERS
 
 MAX_TEXT_CHARS = 20_000  # per prompt and per response; the longest real text (an Auto-J prompt) has 15,822
 SOURCES_WITH_SCENARIO = ("autoj",)
@@ -159,6 +159,8 @@ def preferences_schema() -> pa.DataFrameSchema:
             "scenario": pa.Column(str, nullable=True),
             "a_criteria": criteria,
             "b_criteria": criteria,
+            "label_kind": pa.Column(str, pa.Check.isin(LABEL_KINDS)),
+            "soft_label": pa.Column(float, pa.Check.in_range(0.0, 1.0)),
         },
         checks=[
             pa.Check(lambda df: df["response_a"].str.strip() != df["response_b"].str.strip(),
@@ -168,10 +170,19 @@ def preferences_schema() -> pa.DataFrameSchema:
             pa.Check(lambda df: ~df.apply(lambda row: pair_key(row), axis=1).duplicated(), name="no_duplicate_pair"),
             pa.Check(lambda df: (df["human_winner"] == "tie") | df.apply(_winner_has_criteria_only, axis=1),
                      name="loser_has_no_criteria"),
+            pa.Check(lambda df: (df["label_kind"] == "ai_judge") == df["source"].isin(AI_JUDGE_SOURCES),
+                     name="label_kind_matches_source"),
+            pa.Check(lambda df: _soft_label_agrees(df), name="soft_label_agrees_with_winner"),
         ],
         strict=True,
         ordered=True,
     )
+
+
+def _soft_label_agrees(df: pd.DataFrame) -> pd.Series:
+    """side A's probability is above, at or below one half exactly when model_a wins, it is a tie, model_b wins."""
+    expected = df["soft_label"].map(lambda p: "model_a" if p > 0.5 else "model_b" if p < 0.5 else "tie")
+    return expected == df["human_winner"]
 
 
 def _winner_has_criteria_only(row: pd.Series) -> bool:
@@ -205,6 +216,9 @@ def expectation_suite() -> gx.ExpectationSuite:
         expect.ExpectColumnValuesToBeInSet(column="responses_identical", value_set=[False]),
         expect.ExpectColumnValuesToBeInSet(column="scenario_required_but_missing", value_set=[False]),
         expect.ExpectCompoundColumnsToBeUnique(column_list=["prompt", "response_low", "response_high"]),
+        expect.ExpectColumnValuesToBeInSet(column="label_kind", value_set=list(LABEL_KINDS)),
+        expect.ExpectColumnValuesToBeBetween(column="soft_label", min_value=0.0, max_value=1.0),
+        expect.ExpectColumnValuesToBeInSet(column="soft_label_disagrees", value_set=[False]),
     ]
     return gx.ExpectationSuite(name="validated_preferences", expectations=expectations)
 
@@ -221,6 +235,9 @@ def gx_frame(frame: pd.DataFrame) -> pd.DataFrame:
         "turns_b": frame["model_b"].map(len),
         "responses_identical": frame["response_a"].str.strip() == frame["response_b"].str.strip(),
         "scenario_required_but_missing": frame["source"].isin(SOURCES_WITH_SCENARIO) & frame["scenario"].isna(),
+        "label_kind": frame["label_kind"],
+        "soft_label": frame["soft_label"],
+        "soft_label_disagrees": ~_soft_label_agrees(frame) if len(frame) else pd.Series([], dtype=bool),
         "response_low": [key[1] for key in keys],
         "response_high": [key[2] for key in keys],
     })

@@ -35,7 +35,7 @@ QUARANTINE_TABLE = "scoring.reward_quarantine"
 REWARD_COLUMNS = ["pool", "prompt_id", "model", "profile", "criteria_hash", "response_hash", "checkpoint_id",
                   "reward"]
 QUARANTINE_COLUMNS = ["pool", "prompt_id", "model", "profile", "rule", "detail"]
-ADHOC_COLUMNS = ["pool", "prompt_id", "model", "scenario", "reward"]
+ADHOC_COLUMNS = ["pool", "prompt_id", "model", "scenario", "length_chars", "reward"]
 
 # Tables that accumulate (caches, partitioned rewards) are created once; every other write replaces its rows.
 TABLE_DDL = {
@@ -373,7 +373,7 @@ def pool_responses(conn: duckdb.DuckDBPyConnection, pool: str, scenarios: Sequen
         raise UslConfigError(f"unknown pool {pool!r}: the warehouse has {', '.join(pools) or 'no pools yet'}")
     sampled = table_exists(conn, "responses.prompt_sample")
     frame = conn.execute(f"""
-        SELECT r.pool, r.prompt_id, r.model, r.prompt, r.response, r.scenario, r.scenario_group
+        SELECT r.pool, r.prompt_id, r.model, r.prompt, r.response, r.scenario, r.scenario_group, r.length_chars
         FROM responses.responses r
         {"JOIN responses.prompt_sample s ON s.pool = r.pool AND s.prompt_id = r.prompt_id AND s.sampled"
          if sampled else ""}

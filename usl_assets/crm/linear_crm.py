@@ -1,0 +1,130 @@
+"""Training and scoring the linear CRM (crm/linear.py): its checkpoint folder, its length-only twin, and the
+CachedResponseScorer that scoring and the leaderboards use.
+
+A checkpoint folder holds `crm.json` (written by train.train_crm), `linear.safetensors` + `linear.json` (the
+reward), `length_only/` (the same fit restricted to the length features: the baseline that shows what the CRM
+adds beyond length) and nothing else: the criteria encoder is the frozen backbone named in crm.json.
+"""
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from usl_assets.crm import linear
+from usl_assets.crm.backbones import Backbone
+from usl_assets.crm.interface import ScoreItem
+from usl_assets.crm.model import criteria_text, embed_texts, load_encoder
+
+LENGTH_ONLY_DIR = "length_only"
+
+
+class CriteriaEncoder:
+    """The frozen backbone as a criteria embedder (mean pooling, L2 norm), with an in-memory cache."""
+
+    def __init__(self, backbone: Backbone, max_length: int):
+        torch.manual_seed(0)
+        self.encoder, self.tokenizer = load_encoder(backbone, torch.device("cpu"), None)
+        self.encoder.eval()
+        self.max_length = max_length
+        self._cache: dict[str, np.ndarray] = {}
+
+    def embed_lines(self, lines: list[str], batch_size: int = 32) -> dict[str, np.ndarray]:
+        missing = sorted(set(lines) - self._cache.keys())
+        for start in range(0, len(missing), batch_size):
+            batch = missing[start:start + batch_size]
+            with torch.inference_mode():
+                vectors = embed_texts(self.encoder, self.tokenizer, batch, self.max_length, torch.device("cpu"))
+            self._cache.update(zip(batch, vectors.numpy().astype(np.float64)))
+        return {line: self._cache[line] for line in lines}
+
+    def embed(self, criteria: list[tuple[str, ...]]) -> np.ndarray:
+        """One row per criteria profile: the normalized mean of its criteria's embeddings, each criterion
+        embedded once (a profile is a set of criteria; noise-augmented profiles reuse the same lines)."""
+        profiles = [tuple(criteria_lines(c)) for c in criteria]
+        vectors = self.embed_lines(sorted({line for profile in profiles for line in profile}))
+        rows = [np.mean([vectors[line] for line in profile], axis=0) for profile in profiles]
+        rows = [row / max(np.linalg.norm(row), 1e-12) for row in rows]
+        return np.stack(rows) if rows else np.zeros((0, 1))
+
+
+def criteria_lines(criteria) -> list[str]:
+    """The criteria as the encoder sees them, one line each (no criteria: one neutral line)."""
+    lines = [str(c) for c in (criteria if criteria is not None else ())]
+    return lines or [criteria_text(())]
+
+
+def criteria_key(criteria) -> str:
+    return criteria_text(tuple(str(c) for c in (criteria if criteria is not None else ())))
+
+
+def linear_config(train_config) -> linear.LinearConfig:
+    weights = dict(linear.DEFAULT_SOURCE_WEIGHTS, alpaca_eval_judge=train_config.judge_weight,
+                   hh_rlhf_harmless=train_config.harmless_weight)
+    return linear.LinearConfig(iterations=train_config.max_steps, source_weights=weights)
+
+
+def train_linear(pairs: pd.DataFrame, backbone: Backbone, train_config, folder: Path, log) -> dict:
+    """Fit the CRM and its length-only twin into `folder`; returns the figures train_crm records."""
+    started = time.perf_counter()
+    encoder = CriteriaEncoder(backbone, train_config.max_length // 2)
+    profiles = {criteria_key(c): tuple(criteria_lines(c)) for c in pairs["criteria"]}
+    lines = {line for profile in profiles.values() for line in profile}
+    log(f"linear CRM: {len(profiles):,} criteria profiles of {len(lines):,} distinct criteria, embedded with the "
+        f"frozen {backbone.name} encoder")
+    vectors = dict(zip(profiles, encoder.embed(list(profiles.values()))))
+    deadline = started + train_config.max_minutes * 60
+    config = linear_config(train_config)
+    fitted = linear.fit_linear(pairs, vectors, config, criteria_key, log=log, deadline=deadline)
+    extra = {"criteria_max_length": encoder.max_length, "config": linear.config_dict(config),
+             "weight_by_source": fitted.weight_by_source}
+    fitted.weights.save(folder, extra)
+    twin_config = linear.LinearConfig(iterations=config.iterations, ngrams=False, features="length",
+                                      source_weights=config.source_weights)
+    twin = linear.fit_linear(pairs, vectors, twin_config, criteria_key, log=log, deadline=deadline)
+    (folder / LENGTH_ONLY_DIR).mkdir(exist_ok=True)
+    twin.weights.save(folder / LENGTH_ONLY_DIR, {**extra, "config": linear.config_dict(twin_config)})
+    return {"steps": fitted.iterations, "pairs_seen": fitted.rows, "tokens_seen": 0,
+            "wall_seconds": round(time.perf_counter() - started, 2), "final_loss": fitted.loss,
+            "judge_length_beta": fitted.weights.beta}
+
+
+class LinearScorer:
+    """A CachedResponseScorer: response rows are [n-gram score, raw features], criteria rows their embedding."""
+
+    architecture = "linear"
+
+    def __init__(self, weights: linear.LinearWeights, encoder: CriteriaEncoder, checkpoint_id: str):
+        self.weights, self.encoder, self.checkpoint_id = weights, encoder, checkpoint_id
+
+    def embed_responses(self, prompts: list[str], responses: list[str], batch_size: int = 32) -> np.ndarray:
+        return self.weights.response_rows([str(r) for r in responses])
+
+    def embed_criteria(self, criteria: list[tuple[str, ...]]) -> np.ndarray:
+        return self.encoder.embed(list(criteria)).astype(np.float32)
+
+    def score_embedded(self, response_rows: np.ndarray, criteria_row: np.ndarray) -> np.ndarray:
+        return self.weights.score_rows(np.asarray(response_rows), np.asarray(criteria_row).reshape(-1))
+
+    def score(self, items: list[ScoreItem], batch_size: int = 16, progress: bool = False) -> np.ndarray:
+        rows = self.embed_responses([i.prompt for i in items], [i.response for i in items])
+        rewards = np.zeros(len(items), dtype=np.float32)
+        profiles = sorted({tuple(item.criteria) for item in items})
+        embedded = dict(zip(profiles, self.embed_criteria(profiles)))
+        for profile in profiles:
+            members = [i for i, item in enumerate(items) if tuple(item.criteria) == profile]
+            rewards[members] = self.score_embedded(rows[members], embedded[profile])
+        return rewards
+
+
+def load_linear_scorer(folder: Path, backbone: Backbone, checkpoint_id: str, length_only: bool = False,
+                       encoder: CriteriaEncoder | None = None) -> LinearScorer:
+    import json
+
+    weights_dir = folder / LENGTH_ONLY_DIR if length_only else folder
+    shape = json.loads((weights_dir / linear.SHAPE_FILE).read_text(encoding="utf-8"))
+    encoder = encoder or CriteriaEncoder(backbone, int(shape["criteria_max_length"]))
+    suffix = "-length-only" if length_only else ""
+    return LinearScorer(linear.LinearWeights.load(weights_dir), encoder, checkpoint_id + suffix)

@@ -1,0 +1,120 @@
+"""The linear CRM on real pairs (Auto-J human pairs and AlpacaEval judge pairs built by crm/data.py): it learns,
+it follows the criteria, its training is deterministic on a loaded machine, and its safety net fails loudly."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from usl_assets.crm import data, evaluate
+from usl_assets.crm.backbones import resolve_backbone
+from usl_assets.crm.interface import ScoreItem
+from usl_assets.crm.linear import TrainingTimeLimit
+from usl_assets.crm.scorer import load_scorer
+from usl_assets.crm.train import TrainConfig, train_crm
+from usl_assets.leaderboards import ranking
+from usl_assets_tests.crm_data_inputs import scenario_criteria_frame, tagged_preferences_frame
+
+BRIEF = (data.PROPERTIES["length"].less[0],)
+THOROUGH = (data.PROPERTIES["length"].more[0],)
+
+
+@pytest.fixture(scope="module")
+def table(shared_data_dir) -> pd.DataFrame:
+    tagged = tagged_preferences_frame(shared_data_dir, autoj_step=3, pandalm=40, hh=60, judge_prompts=12)
+    built, _ = data.build_training_pairs(tagged, scenario_criteria_frame(shared_data_dir), data.PairsConfig())
+    return built
+
+
+@pytest.fixture(scope="module")
+def backbone(tmp_path_factory):
+    return resolve_backbone("minilm", tmp_path_factory.mktemp("backbones"))
+
+
+def config(**changes) -> TrainConfig:
+    return TrainConfig(**{"architecture": "linear", "max_steps": 60, **changes})
+
+
+def burn_cpu(seconds: float) -> list[subprocess.Popen]:
+    """Two busy processes (this machine has 2 cores) for `seconds`."""
+    code = f"import time\nend = time.time() + {seconds}\nwhile time.time() < end: pass"
+    return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(2)]
+
+
+def test_linear_crm_learns_from_human_and_judge_pairs(table, backbone, tmp_path):
+    train = table[table["split"] == "train"]
+    assert set(train["label_kind"]) == {"human", "ai_judge"}
+    result = train_crm(train, backbone, config(), tmp_path / "crm", log=lambda _: None)
+    scorer = load_scorer(result.checkpoint_dir)
+    chosen, rejected = evaluate.pair_rewards(train, scorer)
+    assert (chosen > rejected).mean() > 0.8  # it fits what it saw
+    assert result.steps <= 60 and (result.checkpoint_dir / "length_only" / "linear.safetensors").exists()
+    reversed_pairs = table[table["split"] == "criteria_reversed"]
+    chosen, rejected = evaluate.pair_rewards(reversed_pairs, scorer)
+    assert (chosen > rejected).mean() > 0.7  # unseen pairs, criteria that pick a side
+
+
+def test_flipping_the_criteria_flips_the_preference_between_a_short_and_a_long_answer(table, backbone, tmp_path):
+    result = train_crm(table[table["split"] == "train"], backbone, config(), tmp_path / "crm", log=lambda _: None)
+    scorer = load_scorer(result.checkpoint_dir)
+    prompt = "Explain what a hash table is."
+    short = "A hash table maps keys to values by hashing each key to a bucket."
+    long = " ".join([short] + ["It handles collisions with chaining or open addressing, resizes when the load "
+                               "factor grows, and gives average constant-time lookups."] * 6)
+    rewards = scorer.score([ScoreItem(prompt, short, BRIEF), ScoreItem(prompt, long, BRIEF),
+                            ScoreItem(prompt, short, THOROUGH), ScoreItem(prompt, long, THOROUGH)])
+    assert rewards[0] > rewards[1] and rewards[3] > rewards[2]
+
+
+def test_training_is_deterministic_on_a_quiet_and_a_loaded_machine(table, backbone, tmp_path):
+    """Same inputs → the same checkpoint id, bit-identical weights, rewards and rankings, even with both cores
+    kept busy by other processes during the second training."""
+    train = table[table["split"] == "train"]
+    quiet = train_crm(train, backbone, config(), tmp_path / "quiet", log=lambda _: None)
+    burners = burn_cpu(120)
+    try:
+        loaded = train_crm(train, backbone, config(), tmp_path / "loaded", log=lambda _: None)
+    finally:
+        for process in burners:
+            process.kill()
+    assert quiet.checkpoint_id == loaded.checkpoint_id
+    for name in ("linear.safetensors", "linear.json", "length_only/linear.safetensors"):
+        assert (quiet.checkpoint_dir / name).read_bytes() == (loaded.checkpoint_dir / name).read_bytes(), name
+    test = table[table["split"] != "train"]
+    quiet_rewards = np.concatenate(evaluate.pair_rewards(test, load_scorer(quiet.checkpoint_dir)))
+    loaded_rewards = np.concatenate(evaluate.pair_rewards(test, load_scorer(loaded.checkpoint_dir)))
+    assert np.array_equal(quiet_rewards, loaded_rewards)
+    rankings = [rank_judge_rows(test, load_scorer(c.checkpoint_dir)) for c in (quiet, loaded)]
+    pd.testing.assert_frame_equal(*rankings)
+
+
+def rank_judge_rows(test: pd.DataFrame, scorer) -> pd.DataFrame:
+    """leaderboard.rankings' methods over the held-out judged models vs the reference, from this CRM's rewards."""
+    held = test[test["split"] == "judge_heldout_models"]
+    rows = []
+    for pair, (chosen, rejected) in zip(held.itertuples(), zip(*evaluate.pair_rewards(held, scorer))):
+        for model, reward, text in ((pair.chosen_model, chosen, pair.chosen), (pair.rejected_model, rejected,
+                                                                               pair.rejected)):
+            rows.append({"pool": "alpaca_eval", "profile": "default", "prompt_id": pair.prompt, "model": model,
+                         "scenario": pair.scenario, "scenario_group": pair.scenario_group, "reward": float(reward),
+                         "length_chars": len(text)})
+    rewards = pd.DataFrame(rows).drop_duplicates(["prompt_id", "model"])
+    wins = ranking.reference_wins_from_rewards(rewards, "gpt4_1106_preview")
+    empty_pairs = pd.DataFrame(columns=["pool", "profile", "prompt_id", "scenario", "scenario_group", "model_a",
+                                        "model_b", "a_score"])
+    return ranking.rank_all(wins, empty_pairs, ranking.BootstrapSettings(usl_rounds=50, bt_rounds=20))
+
+
+def test_the_wall_clock_safety_net_fails_the_training_and_ships_nothing(table, backbone, tmp_path):
+    with pytest.raises(TrainingTimeLimit, match="safety net"):
+        train_crm(table[table["split"] == "train"], backbone, config(max_minutes=1e-6), tmp_path / "crm",
+                  log=lambda _: None)
+    assert not list(Path(tmp_path / "crm").glob("linear/*/crm.json"))
+
+
+def test_the_safety_net_is_not_part_of_the_checkpoint_id():
+    assert config(max_minutes=1.0).budget_key() == config(max_minutes=99.0).budget_key()
+    assert config(max_steps=10).budget_key() != config(max_steps=11).budget_key()
