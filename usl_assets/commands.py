@@ -7,6 +7,7 @@ import sys
 import dagster as dg
 
 from usl_assets.leaderboards.ranking import DEFAULT_METHOD
+from usl_assets.pipeline import OPTIONAL_TAG
 from usl_assets.resources import Warehouse
 from usl_assets.settings import UslConfigError, data_dir, usl_home
 
@@ -53,6 +54,8 @@ def materialization_status(instance: dg.DagsterInstance) -> list[tuple[str, str]
     for key in sorted(graph.materializable_asset_keys, key=lambda k: k.to_user_string()):
         event = instance.get_latest_materialization_event(key)
         when = "never" if event is None else _format_time(event.timestamp)
+        if event is None and OPTIONAL_TAG in (graph.get(key).tags or {}):
+            when = "optional, not materialized (usl run --neural-crm)"
         partitions_def = graph.get(key).partitions_def
         if partitions_def is not None and event is not None:
             done = len(instance.get_materialized_partitions(key))

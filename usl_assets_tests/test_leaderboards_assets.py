@@ -44,7 +44,7 @@ def test_group_builds_rankings_that_follow_the_known_rewards(built):
     table = warehouse.read_table("leaderboard.rankings")
     assert set(table["pool"]) == {"alpaca_eval", "mt_bench"}
     assert set(table["profile"]) == {"default", NAMED_PROFILE}  # the ad hoc profile stays out
-    assert set(table["method"]) == {"usl", "bradley_terry"}
+    assert set(table["method"]) == {"usl", "usl_soft", "usl_lc", "bradley_terry"}
     overall = table[(table["pool"] == "alpaca_eval") & (table["scenario"] == "all") & (table["method"] == "usl")]
     default = overall[overall["profile"] == "default"].set_index("model")["score"]
     brief = overall[overall["profile"] == NAMED_PROFILE].set_index("model")["score"]

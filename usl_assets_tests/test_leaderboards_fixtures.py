@@ -143,4 +143,9 @@ def write_upstream(warehouse: Warehouse, data_root: Path, n_prompts: int = 30) -
     warehouse.replace_table("scoring.response_rewards", rewards_frame(responses, profiles))
     warehouse.replace_table("analysis.scenario_contradiction", contradiction_frame(data_root))
     warehouse.replace_table("crm.evaluation_by_scenario", crm_by_scenario_frame(data_root))
+    # usl_soft's temperature for the fixture's checkpoint, as crm_evaluation writes it
+    warehouse.replace_table("crm.calibration", pd.DataFrame([{"checkpoint_id": "fixture", "variant": "crm",
+                                                              "split": "judge_heldout_models", "n": 100,
+                                                              "temperature": 1.5, "log_loss_at_1": 0.6,
+                                                              "log_loss": 0.55}]))
     return responses

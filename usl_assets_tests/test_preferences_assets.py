@@ -15,6 +15,7 @@ from usl_assets.resources import DataDir, UslHome, Warehouse
 FIXTURES = Path(__file__).parent / "fixtures" / "preferences"
 BROKEN_USER_FILE = FIXTURES / "broken_user_preferences.jsonl"
 ALL = [*preference_assets.defs.assets, *preference_assets.defs.asset_checks]
+JUDGE_PROMPTS = 20  # the AI judge's rows of the first 20 instructions: 42 judged models each
 
 
 def resources_at(home: Path, data: Path) -> dict:
@@ -26,7 +27,8 @@ def resources_at(home: Path, data: Path) -> dict:
 def full_run(tmp_path_factory, shared_data_dir):
     """One run of every preference asset and check: the real files and the broken user file."""
     resources = resources_at(tmp_path_factory.mktemp("usl_home"), shared_data_dir)
-    config = {"ops": {"raw_user_preferences": {"config": {"path": str(BROKEN_USER_FILE)}}}}
+    config = {"ops": {"raw_user_preferences": {"config": {"path": str(BROKEN_USER_FILE)}},
+                      "raw_alpaca_eval_judgments": {"config": {"max_prompts": JUDGE_PROMPTS}}}}
     result = dg.materialize(ALL, resources=resources, run_config=config)
     return result, resources["warehouse"]
 
@@ -43,6 +45,7 @@ def test_run_succeeds_and_every_check_passes(full_run):
         "validated_preferences_pandera": True, "validated_preferences_gx": True, "preferences_raw_balance": True,
         "canonical_preferences_complete": True, "scenario_criteria_complete": True,
         "raw_autoj_pairwise_readable": True, "raw_pandalm_readable": True, "raw_hh_rlhf_harmless_readable": True,
+        "raw_alpaca_eval_judgments_readable": True,
         "raw_user_preferences_readable": False,  # a warning: the broken file has 3 unreadable lines
     }
     user = next(e for e in result.get_asset_check_evaluations() if e.check_name == "raw_user_preferences_readable")
@@ -74,7 +77,7 @@ def test_every_raw_row_is_valid_or_quarantined(full_run):
         "  UNION ALL SELECT source, rule FROM quality.quarantine"
         ") GROUP BY source"
     ).set_index("source")
-    raw = {"autoj": 1392, "pandalm": 500, "hh_rlhf_harmless": 2312, "user": 12}
+    raw = {"autoj": 1392, "pandalm": 500, "hh_rlhf_harmless": 2312, "user": 12, "alpaca_eval_judge": 42 * JUDGE_PROMPTS}
     for source, rows in raw.items():
         assert per_source.loc[source, "valid"] + per_source.loc[source, "quarantined"] == rows
     assert per_source.loc["autoj", "valid"] == 1382  # 9 identical pairs, 1 empty response
@@ -149,3 +152,15 @@ def test_scenario_criteria_table(usl_env):
     assert frame.dropna(subset=["scenario_group"])["scenario"].nunique() == 58
     assert frame["scenario_group"].nunique() == 8
     assert frame["weight"].between(1, 5).all() and frame["content"].str.len().gt(0).all()
+
+
+def test_judge_rows_carry_their_kind_and_the_judges_probability(full_run):
+    _, warehouse = full_run
+    judged = warehouse.query("SELECT label_kind, soft_label, human_winner, model_a_name, model_b_name "
+                             "FROM validated.preferences WHERE source = 'alpaca_eval_judge'")
+    assert set(judged["label_kind"]) == {"ai_judge"} and judged["model_a_name"].eq("gpt4_1106_preview").all()
+    assert judged["model_b_name"].nunique() == 42
+    assert ((judged["soft_label"] > 0.5) == (judged["human_winner"] == "model_a")).all()
+    assert 0.05 < judged["soft_label"].std()  # the judge's probabilities, not hard labels
+    human = warehouse.query("SELECT DISTINCT label_kind FROM validated.preferences WHERE source <> 'alpaca_eval_judge'")
+    assert human["label_kind"].tolist() == ["human"]

@@ -91,7 +91,7 @@ def adhoc_warehouse(warehouse, shared_data_dir, cross_scorer, monkeypatch) -> Wa
 def test_adhoc_profile_scores_the_sample_once_and_is_recorded(adhoc_warehouse, tmp_path):
     criteria = ["Answers in one sentence.", "Uses no jargon."]
     first = score.score_adhoc_profile(adhoc_warehouse, tmp_path, "alpaca_eval", criteria)
-    assert list(first.columns) == ["pool", "prompt_id", "model", "scenario", "reward"]
+    assert list(first.columns) == ["pool", "prompt_id", "model", "scenario", "length_chars", "reward"]
     assert len(first) == 2 * 4 and first["reward"].notna().all()
     assert first.attrs["stats"].scored == 8
     again = score.score_adhoc_profile(adhoc_warehouse, tmp_path, "alpaca_eval", criteria)
