@@ -32,7 +32,7 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 dagster-home:
 	@mkdir -p "$(DAGSTER_HOME)"
 	@if [ "$(USL_INSTANCE)" = postgres ]; then cp deploy/dagster.postgres.yaml "$(DAGSTER_HOME)/dagster.yaml"; \
-	 else cp dagster.yaml "$(DAGSTER_HOME)/dagster.yaml"; fi
+	 else cp usl_assets/dagster.yaml "$(DAGSTER_HOME)/dagster.yaml"; fi
 
 run: install dagster-home
 	$(BIN)/usl run

@@ -40,7 +40,7 @@ def test_plan_puts_every_asset_in_exactly_one_phase():
 def test_whole_graph_end_to_end(usl_env, tiny_backbone, tmp_path, monkeypatch, capsys):
     dagster_home = tmp_path / "dagster_home"
     dagster_home.mkdir()
-    (dagster_home / "dagster.yaml").write_text((REPO_ROOT / "dagster.yaml").read_text())
+    (dagster_home / "dagster.yaml").write_text((REPO_ROOT / "usl_assets" / "dagster.yaml").read_text())
     monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
     resources = {**usl_env, "crm_settings": tiny_crm_settings(tiny_backbone)}
     with dg.DagsterInstance.get() as instance:
