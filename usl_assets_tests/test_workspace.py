@@ -105,7 +105,9 @@ def test_dagster_definitions_validate_accepts_the_workspace(tmp_path):
 # (page, URL path, text the page must show once rendered)
 UI_PAGES = [
     ("asset_graph_groups", "/asset-groups", "preferences"),
-    ("asset_checks_and_metadata", "/assets/raw_autoj_pairwise", "raw_autoj_pairwise_readable"),
+    # The column descriptions come from warehouse_tables.yaml.
+    ("asset_metadata_and_columns", "/assets/raw_autoj_pairwise", "1-based line number"),
+    ("asset_checks", "/assets/raw_autoj_pairwise?view=checks", "raw_autoj_pairwise_readable"),
     ("model_partition", "/assets/model_responses?view=partitions&partition=alpaca_eval%3Agemma-2b-it",
      "alpaca_eval:gemma-2b-it"),
     ("automation", "/automation", "model_inbox_sensor"),
@@ -122,14 +124,14 @@ def test_ui_pages_render_and_screenshots(ui, tmp_path):
     out = REPO_ROOT / "docs" / "screenshots" if os.environ.get("USL_UPDATE_SCREENSHOTS") == "1" else tmp_path
     out.mkdir(parents=True, exist_ok=True)
     with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium",
-                                    args=[*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"])
+        # launch() gives Chromium a fresh temporary profile (the --user-data-dir of the house rules) by itself.
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_FLAGS)
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
         for name, path, text in UI_PAGES:
             page.goto(ui["url"] + path, wait_until="networkidle", timeout=120_000)
             page.get_by_text(text, exact=False).first.wait_for(timeout=60_000)
+            page.wait_for_timeout(2000)  # graph layout and fonts settle; the pop-up would be up by now
             assert page.get_by_text("Join the Dagster community").count() == 0  # nux disabled in dagster.yaml
-            page.wait_for_timeout(1500)  # graph layout and fonts settle
             page.screenshot(path=str(out / f"{name}.png"))
             assert (out / f"{name}.png").stat().st_size > 20_000, name
         browser.close()
