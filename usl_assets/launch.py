@@ -87,18 +87,25 @@ def execute_in_location(
     )
     steps = len(plan.step_keys_to_execute)
     events = []
-    for event in ExecuteRunWithPlanIterable(
-        execution_plan=plan,
-        iterator=job_execution_iterator,
-        execution_context_manager=PlanOrchestrationContextManager(
-            context_event_generator=orchestration_context_event_generator, job=job, execution_plan=plan,
-            dagster_run=run, instance=instance, run_config=run_config, executor_defs=None, output_capture=None,
-            raise_on_error=False,
-        ),
-    ):
-        events.append(event)
-        if on_event is not None:
-            on_event(event, steps)
+    try:
+        for event in ExecuteRunWithPlanIterable(
+            execution_plan=plan,
+            iterator=job_execution_iterator,
+            execution_context_manager=PlanOrchestrationContextManager(
+                context_event_generator=orchestration_context_event_generator, job=job, execution_plan=plan,
+                dagster_run=run, instance=instance, run_config=run_config, executor_defs=None,
+                output_capture=None, raise_on_error=False,
+            ),
+        ):
+            events.append(event)
+            if on_event is not None:
+                on_event(event, steps)
+    except KeyboardInterrupt:
+        # Interrupted outside Dagster's own handling (before the first step): never leave a run that looks alive.
+        current = instance.get_run_by_id(run.run_id)
+        if current is not None and not current.is_finished:
+            instance.report_run_failed(current, "interrupted (SIGINT/SIGTERM) before it finished")
+        raise
     return dg.ExecuteInProcessResult(job_def=ephemeral, event_list=events,
                                      dagster_run=instance.get_run_by_id(run.run_id), output_capture={})
 

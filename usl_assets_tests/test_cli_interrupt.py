@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from usl_assets.definitions import defs
 from usl_assets.launch import execute_in_location
@@ -16,7 +17,9 @@ from usl_assets.pipeline import console_log_config
 from usl_assets_tests.conftest import REPO_ROOT
 
 
-def test_sigterm_stops_usl_run_cleanly_and_the_step_reruns(tmp_path, shared_data_dir, monkeypatch):
+# "▶": as the first run starts (before Dagster's own interrupt handling is in place); "✓": after its first step.
+@pytest.mark.parametrize("signal_after", ["▶", "✓"], ids=["as_the_run_starts", "after_the_first_step"])
+def test_sigterm_stops_usl_run_cleanly_and_the_step_reruns(signal_after, tmp_path, shared_data_dir, monkeypatch):
     usl_home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if k not in {"DAGSTER_HOME", "USL_HOME"}}
     env.update(USL_DATA_DIR=str(shared_data_dir), USL_HOME=str(usl_home), PYTHONUNBUFFERED="1")
@@ -24,11 +27,11 @@ def test_sigterm_stops_usl_run_cleanly_and_the_step_reruns(tmp_path, shared_data
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen = []
     deadline = time.monotonic() + 300
-    for line in process.stdout:  # the first finished step: the run is under way
+    for line in process.stdout:
         seen.append(line)
-        if line.lstrip().startswith("✓") or time.monotonic() > deadline:
+        if line.lstrip().startswith(signal_after) or time.monotonic() > deadline:
             break
-    assert any(line.lstrip().startswith("✓") for line in seen), "".join(seen) + process.stderr.read()
+    assert any(line.lstrip().startswith(signal_after) for line in seen), "".join(seen) + process.stderr.read()
     process.send_signal(signal.SIGTERM)
     try:
         out, err = process.communicate(timeout=120)
@@ -43,11 +46,12 @@ def test_sigterm_stops_usl_run_cleanly_and_the_step_reruns(tmp_path, shared_data
     assert (dagster_home / "dagster.yaml").is_file()
     assert not [p for p in usl_home.rglob("*.partial*")]
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
-        (run,) = instance.get_runs()
-        assert run.status == dg.DagsterRunStatus.FAILURE
-        assert run.remote_job_origin.location_name == "usl_assets"
-        records = instance.get_records_for_run(run.run_id).records
-        materialized = {r.event_log_entry.dagster_event.asset_key for r in records
+        runs = instance.get_runs()  # none when the signal came before the first run was created
+        assert len(runs) == (1 if signal_after == "✓" else len(runs)) and len(runs) <= 1
+        assert all(run.status == dg.DagsterRunStatus.FAILURE for run in runs)  # none left looking alive
+        assert all(run.remote_job_origin.location_name == "usl_assets" for run in runs)
+        materialized = {r.event_log_entry.dagster_event.asset_key for run in runs
+                        for r in instance.get_records_for_run(run.run_id).records
                         if r.event_log_entry.dagster_event_type == dg.DagsterEventType.ASSET_MATERIALIZATION}
         job = defs.resolve_implicit_global_asset_job_def()
         graph = defs.resolve_asset_graph()
