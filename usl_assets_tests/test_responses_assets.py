@@ -186,8 +186,10 @@ def test_usl_add_model_loads_one_partition_and_bad_input_gets_one_line(env, shar
 
     assert cli.main(["add-model", "--pool", "mt_bench", str(new_file), "--responses-only"]) == 0
 
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "added partition mt_bench:koala-13b-rerun" in out and "30 responses loaded" in out
+    assert " - DEBUG - " not in out + captured.err and " - INFO - " not in out + captured.err  # progress lines only
     with dg.DagsterInstance.get() as instance:
         assert instance.get_dynamic_partitions("models") == ["mt_bench:koala-13b-rerun"]
         assert instance.get_latest_materialization_event(model_responses.key) is not None

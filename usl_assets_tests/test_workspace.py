@@ -94,9 +94,11 @@ def test_the_origin_is_the_one_workspace_yaml_gives():
         assert getattr(from_yaml.loadable_target_origin, field) == getattr(ours.loadable_target_origin, field)
 
 
-def test_dagster_definitions_validate_accepts_the_workspace(tmp_path):
-    done = subprocess.run([str(Path(sys.executable).with_name("dagster")), "definitions", "validate", "-w",
-                           "workspace.yaml"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+# workspace.yaml names the attribute; `-m` alone (also pyproject's [tool.dagster]) needs one Definitions in the module.
+@pytest.mark.parametrize("target", [["-w", "workspace.yaml"], ["-m", "usl_assets.definitions"]], ids=["w", "m"])
+def test_dagster_definitions_validate_accepts_the_workspace(target, tmp_path):
+    done = subprocess.run([str(Path(sys.executable).with_name("dagster")), "definitions", "validate", *target],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "DAGSTER_HOME": str(tmp_path)})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "Validation successful" in done.stdout + done.stderr
