@@ -6,6 +6,7 @@ import sys
 
 import dagster as dg
 
+from usl_assets.recovery import recover_and_report
 from usl_assets.resources import Warehouse
 from usl_assets.settings import UslConfigError, data_dir, usl_home
 
@@ -119,6 +120,7 @@ def run_everything(args: argparse.Namespace) -> int:
     warehouse = Warehouse()
     data_dir()  # a missing data folder is one line here, not a failed run
     with open_instance() as instance:
+        recover_and_report(instance)
         try:
             phases = run_graph(instance)
         except RuntimeError as failure:

@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 
 from usl_assets.commands import open_instance
+from usl_assets.recovery import recover_and_report
 from usl_assets.resources import DataDir, UslHome, Warehouse
 from usl_assets.responses import inbox, pools
 from usl_assets.responses.assets import model_partitions, model_responses, partition_run_selection
@@ -43,6 +44,7 @@ def add_model(args: argparse.Namespace) -> int:
     except pools.ResponseFileError as error:
         raise UslConfigError(f"{args.file} was not added: {error}") from error
     with open_instance() as instance:
+        recover_and_report(instance)
         stored = inbox.store_accepted(validated, home_root, keep_source=True)
         key = validated.partition_key
         print(f"validated {args.file}: model {validated.model}, {validated.records} records, "
