@@ -69,6 +69,29 @@ def published_rankings(pool: str, topics: list[str], method: str, published: Pat
         [pool, method, ["all", *topics]], path=published)
 
 
+def published_unranked(pool: str, published: Path | None = None) -> pd.DataFrame:
+    """leaderboard.unranked_models of the pool (models below the minimum coverage); empty for an older copy."""
+    try:
+        return read_published("SELECT model, reason FROM leaderboard.unranked_models WHERE pool = ? ORDER BY model",
+                              [pool], path=published)
+    except duckdb.CatalogException:
+        return pd.DataFrame(columns=["model", "reason"])
+
+
+def adhoc_unranked(rewards: pd.DataFrame, min_coverage: float = ranking.MIN_COVERAGE) -> pd.DataFrame:
+    """The ad hoc rewards' models below the minimum coverage of the prompts scored, as the rankings asset does."""
+    prompts = rewards["prompt_id"].nunique()
+    scored = rewards.groupby("model")["prompt_id"].nunique()
+    coverage = pd.DataFrame({"pool": "", "model": scored.index, "scored_prompts": scored.to_numpy(),
+                             "sampled_prompts": prompts, "coverage": scored.to_numpy() / max(prompts, 1)})
+    return ranking.unranked_models(coverage, min_coverage)[["model", "reason"]]
+
+
+def render_unranked(unranked: pd.DataFrame) -> str:
+    return "\n".join(["not ranked (too few of the pool's scored prompts):"]
+                     + [f"  {row.model}: {row.reason}" for row in unranked.itertuples()])
+
+
 def pairs_from_rewards(rewards: pd.DataFrame) -> pd.DataFrame:
     """Every pair of models per prompt (model_a < model_b) with a_score: pairwise_comparisons.sql, in pandas."""
     merged = rewards.merge(rewards, on=["prompt_id", "scenario", "scenario_group"], suffixes=("_a", "_b"))
@@ -149,14 +172,19 @@ def show_leaderboard(args: argparse.Namespace) -> int:
         reference = read_published("SELECT reference_model FROM leaderboard.reference_models WHERE pool = ?",
                                    [args.pool])["reference_model"]
         settings = ranking.BootstrapSettings(usl_rounds=args.bootstrap_rounds, bt_rounds=args.bootstrap_rounds)
+        unranked = adhoc_unranked(rewards)
+        rewards = rewards[~rewards["model"].isin(unranked["model"])]
         long = adhoc_rankings(rewards, known, topics, args.method, reference.iloc[0] if len(reference) else None,
                               settings)
     else:
+        unranked = published_unranked(args.pool)
         long = published_rankings(args.pool, topics, args.method)
         if long.empty:
             raise UslConfigError(f"pool {args.pool} has no {args.method} ranking under the default profile "
                                  "(is its reference model loaded? try --method bradley_terry)")
     print(render(wide_table(long, topics), topics, args.format))
+    if len(unranked):
+        print(render_unranked(unranked), file=sys.stdout if args.format == "table" else sys.stderr)
     elapsed = time.perf_counter() - started
     profile = f"{len(args.criteria)} criteria of yours" if args.criteria else "default criteria"
     print(f"latency: {elapsed:.2f} s (scoring {scoring_seconds:.2f} s; {profile}; {args.method})",
