@@ -29,8 +29,30 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--format", choices=FORMATS, default="table")
     parser.add_argument("--method", choices=METHODS, default="usl",
                         help="usl: win rate against the pool's reference model (default); bradley_terry: ratings")
-    parser.add_argument("--bootstrap-rounds", type=int, default=1000, help="resamples for the intervals")
+    parser.add_argument("--bootstrap-rounds", type=positive_int, default=1000, help="resamples for the intervals")
     parser.set_defaults(handler=show_leaderboard)
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number ≥ 1 (0 resamples would give NaN intervals)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def check_criteria_text(criteria: list[str]) -> None:
+    """Each criterion must be text: bytes that are not UTF-8 reach argv as lone surrogates and could never be
+    hashed or scored. Checked before the CRM is loaded."""
+    for criterion in criteria:
+        try:
+            criterion.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = criterion.encode("utf-8", errors="surrogateescape").decode("latin-1")
+            raise UslConfigError(f"bad --criteria: {shown!r} is not UTF-8 text") from None
 
 
 def read_published(sql: str, params: list | None = None, path: Path | None = None) -> pd.DataFrame:
@@ -153,6 +175,7 @@ def _with_interval(score: float, low: float, high: float) -> str:
 
 def show_leaderboard(args: argparse.Namespace) -> int:
     started = time.perf_counter()
+    check_criteria_text(args.criteria)
     topics = list(dict.fromkeys(args.topic))
     known = pool_topics(args.pool)
     check_topics(topics, known, args.pool)

@@ -137,6 +137,8 @@ def read_model_records(pool: str, path: Path) -> list:
         return _read_json_list(path)
     except (UnicodeDecodeError, OSError, EOFError) as error:
         raise ResponseFileError(f"{path.name}: cannot be read ({type(error).__name__}: {error})") from error
+    except RecursionError as error:
+        raise ResponseFileError(f"{path.name}: JSON nested too deeply to parse") from error
 
 
 def _open_text(path: Path):
@@ -326,11 +328,17 @@ def _mt_bench_row(record, prompts: pd.DataFrame, by_text: dict) -> tuple[str | N
     return prompt_id, usable, problem
 
 
+# As preference texts (preferences/validation.py): the longest real answer in either pool has 15,834 characters.
+MAX_RESPONSE_CHARS = 20_000
+
+
 def _answer_problem(answer, what: str) -> tuple | None:
     if not isinstance(answer, str):
         return "not_a_string", f"{what} is {type(answer).__name__}, not text"
     if not answer.strip():
         return "empty_response", f"{what} is empty"
+    if len(answer) > MAX_RESPONSE_CHARS:
+        return "response_too_long", f"{what} has {len(answer):,} characters (limit {MAX_RESPONSE_CHARS:,})"
     return None
 
 
