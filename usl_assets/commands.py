@@ -68,9 +68,11 @@ def _format_time(timestamp: float) -> str:
 
 def show_status(args: argparse.Namespace) -> int:
     home = usl_home()
-    warehouse = Warehouse()
+    # The published copy: the file Dagster writes is locked while a materialization runs.
+    warehouse = Warehouse(path=str(Warehouse().published_path()))
     print(f"USL_HOME: {home}")
-    print(f"warehouse: {warehouse.database_path()}" + ("" if warehouse.database_path().exists() else " (not yet)"))
+    print(f"warehouse (published copy): {warehouse.database_path()}"
+          + ("" if warehouse.database_path().exists() else " (not yet)"))
     for schema, table, rows in warehouse_tables(warehouse):
         print(f"  {schema}.{table:<40} {rows:>10,} rows")
     with open_instance() as instance:

@@ -1,10 +1,16 @@
 """Partial models (issue 10, case 3): a file whose prompts miss the scored sample is scored as zero rewards (no
 crash), and a model below the documented minimum coverage is listed with its reason, not ranked."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import dagster as dg
+import duckdb
 import pytest
 
 from usl_assets.scoring.assets import criteria_profiles, response_rewards
+from usl_assets_tests.conftest import REPO_ROOT
 from usl_assets_tests.test_scoring_support import (  # noqa: F401  (fixtures)
     alpaca_responses, crm_models, install_crm, prompt_sample, write_upstream)
 
@@ -37,7 +43,7 @@ def test_a_model_whose_prompts_miss_the_sample_is_scored_as_nothing(partial_env)
     assert all(check.passed for check in result.get_asset_check_evaluations())
 
 
-def test_models_below_the_minimum_coverage_are_listed_with_the_reason_not_ranked(partial_env, capsys):
+def test_models_below_the_minimum_coverage_are_listed_with_the_reason_not_ranked(partial_env, capsys, monkeypatch):
     from usl_assets import cli
     from usl_assets.leaderboards.assets import rankings, reference_models, sql_assets
 
@@ -64,3 +70,25 @@ def test_models_below_the_minimum_coverage_are_listed_with_the_reason_not_ranked
     assert "not ranked" in out and "partial: rewards for 0 of the pool's 4 scored prompts" in out
     assert "sparse: rewards for 1 of the pool's 4 scored prompts (25%" in out
     assert all(model in out for model in MODELS)
+
+    # Case 6 on the same warehouse: while another process holds the file Dagster writes (as a running
+    # materialization does), `usl status` and `usl leaderboard --criteria` read the published copy.
+    dagster_home = Path(env["usl_home"].path).parent / "dagster_home"
+    dagster_home.mkdir()
+    (dagster_home / "dagster.yaml").write_text((REPO_ROOT / "dagster.yaml").read_text())
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
+    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
+                               "print('held', flush=True); time.sleep(600)", warehouse.path], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline().strip() == b"held"
+        with pytest.raises(duckdb.IOException):
+            duckdb.connect(warehouse.path, read_only=True)  # the writer's file is busy
+        assert cli.main(["status"]) == 0
+        assert "leaderboard.unranked_models" in capsys.readouterr().out
+        assert cli.main(["leaderboard", "--pool", "alpaca_eval", "--criteria", "Be concise.",
+                         "--bootstrap-rounds", "20"]) == 0
+        out = capsys.readouterr().out
+        assert all(model in out for model in MODELS) and "sparse: rewards for 1 of" in out
+    finally:
+        holder.kill()
+        holder.wait()

@@ -91,6 +91,35 @@ def published_rankings(pool: str, topics: list[str], method: str, published: Pat
         [pool, method, ["all", *topics]], path=published)
 
 
+ADHOC_CACHE = ("adhoc", "scores.duckdb")
+COPIED_TABLES = ("responses.responses", "responses.prompt_sample")
+
+
+def adhoc_cache(published: Path | None = None) -> Warehouse:
+    """A DuckDB file of the CLI's own ($USL_HOME/adhoc/scores.duckdb) for ad hoc scoring: the responses it scores,
+    copied from the published copy when that changes, its ad hoc profiles and their reward cache. The file
+    Dagster writes is never opened, so this works while a materialization runs."""
+    published = published or Warehouse().published_path()
+    if not published.exists():
+        raise UslConfigError(f"no published warehouse at {published}: materialize the leaderboards first (usl run)")
+    cache = Warehouse(path=str(usl_home().joinpath(*ADHOC_CACHE)))
+    version = f"{published.stat().st_mtime_ns}:{published.stat().st_size}"
+    with cache.connect() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS main.copied_from (published VARCHAR)")
+        if conn.execute("SELECT published FROM main.copied_from").fetchall() != [(version,)]:
+            conn.execute("ATTACH '" + str(published).replace("'", "''") + "' AS published (READ_ONLY)")
+            conn.execute("BEGIN TRANSACTION")
+            for table in COPIED_TABLES:
+                schema, _ = table.split(".")
+                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+                conn.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM published.{table}")
+            conn.execute("DELETE FROM main.copied_from")
+            conn.execute("INSERT INTO main.copied_from VALUES (?)", [version])
+            conn.execute("COMMIT")
+            conn.execute("DETACH published")
+    return cache
+
+
 def published_unranked(pool: str, published: Path | None = None) -> pd.DataFrame:
     """leaderboard.unranked_models of the pool (models below the minimum coverage); empty for an older copy."""
     try:
@@ -185,7 +214,7 @@ def show_leaderboard(args: argparse.Namespace) -> int:
 
         scoring_started = time.perf_counter()
         # The whole pool, not only the topics: the overall column ranks every prompt, as the published one does.
-        rewards = score_adhoc_profile(Warehouse(), usl_home(), args.pool, args.criteria, progress=True)
+        rewards = score_adhoc_profile(adhoc_cache(), usl_home(), args.pool, args.criteria, progress=True)
         scoring_seconds = time.perf_counter() - scoring_started
         unscored = ~np.isfinite(rewards["reward"].to_numpy(dtype=float))
         if unscored.any():
