@@ -145,8 +145,8 @@ def check_replacement(validated: ValidatedFile, data_root: Path, usl_home_root: 
     """Refuses to replace an existing model unless `replace`, and refuses to shrink a pool's reference model
     (every USL score is a comparison with it) even then; returns the file being replaced, if any."""
     existing = current_source(validated.pool, validated.model, data_root, usl_home_root)
-    if existing is None:
-        return None
+    if existing is None or _sha256(existing) == validated.sha256:
+        return None  # new, or the same file again (e.g. rerun after a killed run): nothing is replaced
     key = validated.partition_key
     if not replace:
         raise ResponseFileError(f"model {key} exists already (from {existing}): pass --replace to replace it (the "
