@@ -7,6 +7,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from usl_assets.recovery import recover_and_report
 from usl_assets.resources import Warehouse
 from usl_assets.settings import UslConfigError, data_dir, usl_home
 
@@ -83,9 +84,11 @@ def _format_time(timestamp: float) -> str:
 
 def show_status(args: argparse.Namespace) -> int:
     home = usl_home()
-    warehouse = Warehouse()
+    # The published copy: the file Dagster writes is locked while a materialization runs.
+    warehouse = Warehouse(path=str(Warehouse().published_path()))
     print(f"USL_HOME: {home}")
-    print(f"warehouse: {warehouse.database_path()}" + ("" if warehouse.database_path().exists() else " (not yet)"))
+    print(f"warehouse (published copy): {warehouse.database_path()}"
+          + ("" if warehouse.database_path().exists() else " (not yet)"))
     for schema, table, rows in warehouse_tables(warehouse):
         print(f"  {schema}.{table:<40} {rows:>10,} rows")
     with open_instance() as instance:
@@ -135,6 +138,7 @@ def run_everything(args: argparse.Namespace) -> int:
     warehouse = Warehouse()
     data_dir()  # a missing data folder is one line here, not a failed run
     with open_instance() as instance:
+        recover_and_report(instance)
         try:
             phases = run_graph(instance, verbose=getattr(args, "verbose", False))
         except RuntimeError as failure:

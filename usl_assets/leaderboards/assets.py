@@ -73,15 +73,22 @@ class RankingConfig(dg.Config):
     bt_bootstrap_rounds: int = Field(default=200, description="bootstrap resamples for Bradley–Terry (one fit each)")
     confidence: float = Field(default=0.95, description="interval coverage")
     seed: int = 0
+    min_coverage: float = Field(default=ranking.MIN_COVERAGE, description="share of the pool's scored prompts a "
+                                "model needs rewards for to be ranked; the others → leaderboard.unranked_models")
 
 
-@dg.asset(group_name=GROUP, deps=["reference_comparisons", "pairwise_comparisons"], pool=WAREHOUSE_POOL,
-          kinds={"duckdb", "python"},
+@dg.asset(group_name=GROUP, deps=["reference_comparisons", "pairwise_comparisons", "model_coverage"],
+          pool=WAREHOUSE_POOL, kinds={"duckdb", "python"},
           description="leaderboard.rankings: USL score and Bradley–Terry rating per pool × profile × topic "
-                      "(all, scenario group, scenario) with bootstrap intervals and overlap-tied ranks")
+                      "(all, scenario group, scenario) with bootstrap intervals and overlap-tied ranks, for models "
+                      "with enough coverage; leaderboard.unranked_models: the others, with the reason")
 def rankings(context: dg.AssetExecutionContext, config: RankingConfig, warehouse: Warehouse) -> dg.MaterializeResult:
-    reference_wins = warehouse.read_table("leaderboard.reference_comparisons")
-    pairs = warehouse.read_table("leaderboard.pairwise_comparisons")
+    unranked = ranking.unranked_models(warehouse.read_table("leaderboard.model_coverage"), config.min_coverage)
+    warehouse.replace_table("leaderboard.unranked_models", unranked, "models left off the rankings, with the reason")
+    for row in unranked.itertuples():
+        context.log.warning(f"{row.pool}/{row.model} not ranked: {row.reason}")
+    reference_wins, pairs = ranking.only_ranked(warehouse.read_table("leaderboard.reference_comparisons"),
+                                                warehouse.read_table("leaderboard.pairwise_comparisons"), unranked)
     settings = ranking.BootstrapSettings(config.usl_bootstrap_rounds, config.bt_bootstrap_rounds,
                                          config.confidence, config.seed)
     started = time.perf_counter()
@@ -100,6 +107,7 @@ def rankings(context: dg.AssetExecutionContext, config: RankingConfig, warehouse
         "pools": dg.MetadataValue.int(int(table["pool"].nunique())),
         "profiles": dg.MetadataValue.int(int(table["profile"].nunique())),
         "default_leaderboard": markdown(top.drop(columns=["level", "scenario", "profile"]), digits=1),
+        "unranked_models": markdown(unranked, digits=2),
     })
 
 

@@ -29,8 +29,30 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--format", choices=FORMATS, default="table")
     parser.add_argument("--method", choices=METHODS, default="usl",
                         help="usl: win rate against the pool's reference model (default); bradley_terry: ratings")
-    parser.add_argument("--bootstrap-rounds", type=int, default=1000, help="resamples for the intervals")
+    parser.add_argument("--bootstrap-rounds", type=positive_int, default=1000, help="resamples for the intervals")
     parser.set_defaults(handler=show_leaderboard)
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number ≥ 1 (0 resamples would give NaN intervals)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def check_criteria_text(criteria: list[str]) -> None:
+    """Each criterion must be text: bytes that are not UTF-8 reach argv as lone surrogates and could never be
+    hashed or scored. Checked before the CRM is loaded."""
+    for criterion in criteria:
+        try:
+            criterion.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = criterion.encode("utf-8", errors="surrogateescape").decode("latin-1")
+            raise UslConfigError(f"bad --criteria: {shown!r} is not UTF-8 text") from None
 
 
 def read_published(sql: str, params: list | None = None, path: Path | None = None) -> pd.DataFrame:
@@ -67,6 +89,58 @@ def published_rankings(pool: str, topics: list[str], method: str, published: Pat
         "SELECT scenario, model, score, ci_low, ci_high, rank, n_prompts FROM leaderboard.rankings "
         "WHERE pool = ? AND profile = 'default' AND method = ? AND list_contains(?, scenario)",
         [pool, method, ["all", *topics]], path=published)
+
+
+ADHOC_CACHE = ("adhoc", "scores.duckdb")
+COPIED_TABLES = ("responses.responses", "responses.prompt_sample")
+
+
+def adhoc_cache(published: Path | None = None) -> Warehouse:
+    """A DuckDB file of the CLI's own ($USL_HOME/adhoc/scores.duckdb) for ad hoc scoring: the responses it scores,
+    copied from the published copy when that changes, its ad hoc profiles and their reward cache. The file
+    Dagster writes is never opened, so this works while a materialization runs."""
+    published = published or Warehouse().published_path()
+    if not published.exists():
+        raise UslConfigError(f"no published warehouse at {published}: materialize the leaderboards first (usl run)")
+    cache = Warehouse(path=str(usl_home().joinpath(*ADHOC_CACHE)))
+    version = f"{published.stat().st_mtime_ns}:{published.stat().st_size}"
+    with cache.connect() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS main.copied_from (published VARCHAR)")
+        if conn.execute("SELECT published FROM main.copied_from").fetchall() != [(version,)]:
+            conn.execute("ATTACH '" + str(published).replace("'", "''") + "' AS published (READ_ONLY)")
+            conn.execute("BEGIN TRANSACTION")
+            for table in COPIED_TABLES:
+                schema, _ = table.split(".")
+                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+                conn.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM published.{table}")
+            conn.execute("DELETE FROM main.copied_from")
+            conn.execute("INSERT INTO main.copied_from VALUES (?)", [version])
+            conn.execute("COMMIT")
+            conn.execute("DETACH published")
+    return cache
+
+
+def published_unranked(pool: str, published: Path | None = None) -> pd.DataFrame:
+    """leaderboard.unranked_models of the pool (models below the minimum coverage); empty for an older copy."""
+    try:
+        return read_published("SELECT model, reason FROM leaderboard.unranked_models WHERE pool = ? ORDER BY model",
+                              [pool], path=published)
+    except duckdb.CatalogException:
+        return pd.DataFrame(columns=["model", "reason"])
+
+
+def adhoc_unranked(rewards: pd.DataFrame, min_coverage: float = ranking.MIN_COVERAGE) -> pd.DataFrame:
+    """The ad hoc rewards' models below the minimum coverage of the prompts scored, as the rankings asset does."""
+    prompts = rewards["prompt_id"].nunique()
+    scored = rewards.groupby("model")["prompt_id"].nunique()
+    coverage = pd.DataFrame({"pool": "", "model": scored.index, "scored_prompts": scored.to_numpy(),
+                             "sampled_prompts": prompts, "coverage": scored.to_numpy() / max(prompts, 1)})
+    return ranking.unranked_models(coverage, min_coverage)[["model", "reason"]]
+
+
+def render_unranked(unranked: pd.DataFrame) -> str:
+    return "\n".join(["not ranked (too few of the pool's scored prompts):"]
+                     + [f"  {row.model}: {row.reason}" for row in unranked.itertuples()])
 
 
 def pairs_from_rewards(rewards: pd.DataFrame) -> pd.DataFrame:
@@ -130,6 +204,7 @@ def _with_interval(score: float, low: float, high: float) -> str:
 
 def show_leaderboard(args: argparse.Namespace) -> int:
     started = time.perf_counter()
+    check_criteria_text(args.criteria)
     topics = list(dict.fromkeys(args.topic))
     known = pool_topics(args.pool)
     check_topics(topics, known, args.pool)
@@ -139,7 +214,7 @@ def show_leaderboard(args: argparse.Namespace) -> int:
 
         scoring_started = time.perf_counter()
         # The whole pool, not only the topics: the overall column ranks every prompt, as the published one does.
-        rewards = score_adhoc_profile(Warehouse(), usl_home(), args.pool, args.criteria, progress=True)
+        rewards = score_adhoc_profile(adhoc_cache(), usl_home(), args.pool, args.criteria, progress=True)
         scoring_seconds = time.perf_counter() - scoring_started
         unscored = ~np.isfinite(rewards["reward"].to_numpy(dtype=float))
         if unscored.any():
@@ -149,14 +224,19 @@ def show_leaderboard(args: argparse.Namespace) -> int:
         reference = read_published("SELECT reference_model FROM leaderboard.reference_models WHERE pool = ?",
                                    [args.pool])["reference_model"]
         settings = ranking.BootstrapSettings(usl_rounds=args.bootstrap_rounds, bt_rounds=args.bootstrap_rounds)
+        unranked = adhoc_unranked(rewards)
+        rewards = rewards[~rewards["model"].isin(unranked["model"])]
         long = adhoc_rankings(rewards, known, topics, args.method, reference.iloc[0] if len(reference) else None,
                               settings)
     else:
+        unranked = published_unranked(args.pool)
         long = published_rankings(args.pool, topics, args.method)
         if long.empty:
             raise UslConfigError(f"pool {args.pool} has no {args.method} ranking under the default profile "
                                  "(is its reference model loaded? try --method bradley_terry)")
     print(render(wide_table(long, topics), topics, args.format))
+    if len(unranked):
+        print(render_unranked(unranked), file=sys.stdout if args.format == "table" else sys.stderr)
     elapsed = time.perf_counter() - started
     profile = f"{len(args.criteria)} criteria of yours" if args.criteria else "default criteria"
     print(f"latency: {elapsed:.2f} s (scoring {scoring_seconds:.2f} s; {profile}; {args.method})",

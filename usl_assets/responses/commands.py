@@ -6,10 +6,12 @@ import time
 from pathlib import Path
 
 import dagster as dg
+import duckdb
 
 from usl_assets.commands import add_verbose_flag, open_instance
 from usl_assets.launch import execute_in_location, raise_if_interrupted
 from usl_assets.pipeline import console_log_config
+from usl_assets.recovery import recover_and_report
 from usl_assets.resources import DataDir, UslHome, Warehouse
 from usl_assets.responses import inbox, pools
 from usl_assets.responses.assets import model_partitions, model_responses, partition_run_selection
@@ -29,6 +31,11 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
         help="load the responses only, not the model's downstream partitions (e.g. its CRM rewards)",
     )
     add.add_argument(
+        "--replace", action="store_true",
+        help="replace a model that exists already (its previous file and rows are archived); a pool's reference "
+             "model is never replaced by a file with fewer usable answers",
+    )
+    add.add_argument(
         "--no-leaderboards", action="store_true",
         help="do not rebuild the leaderboards afterwards (they read every model's rewards; by default they are "
              "rebuilt so the new model is ranked)",
@@ -43,9 +50,13 @@ def add_model(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         validated = inbox.validate_model_file(pool, args.file.expanduser().resolve(), data_root, args.model)
+        replaced = inbox.check_replacement(validated, data_root, home_root, args.replace, reference_models())
     except pools.ResponseFileError as error:
         raise UslConfigError(f"{args.file} was not added: {error}") from error
     with open_instance() as instance:
+        recover_and_report(instance)
+        if replaced is not None:
+            print(f"replacing {validated.partition_key} (was {replaced}); its previous rows go to archive.responses")
         stored = inbox.store_accepted(validated, home_root, keep_source=True)
         key = validated.partition_key
         print(f"validated {args.file}: model {validated.model}, {validated.records} records, "
@@ -67,6 +78,21 @@ def add_model(args: argparse.Namespace) -> int:
         print(f"run {run_id}: leaderboards rebuilt with {key} in {time.perf_counter() - rebuild_started:.1f}s "
               "(published copy updated)")
     return 0
+
+
+def reference_models() -> dict[str, str]:
+    """pool → reference model: the published leaderboard's (asset config), else the defaults."""
+    from usl_assets.leaderboards.ranking import DEFAULT_REFERENCE_MODELS
+
+    published = Warehouse().published_path()
+    if published.exists():
+        try:
+            with duckdb.connect(str(published), read_only=True) as conn:
+                rows = conn.execute("SELECT pool, reference_model FROM leaderboard.reference_models").fetchall()
+            return {**DEFAULT_REFERENCE_MODELS, **{pool: model for pool, model in rows if model}}
+        except duckdb.Error:
+            pass  # a copy without the leaderboards yet
+    return dict(DEFAULT_REFERENCE_MODELS)
 
 
 def rebuild_leaderboards(instance: dg.DagsterInstance, key: str, verbose: bool = False) -> str:

@@ -278,8 +278,9 @@ def sampled_responses(conn: duckdb.DuckDBPyConnection, pool: str, model: str) ->
 def reward_requests(responses: pd.DataFrame, profiles: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Each response under its scenario's default profile and under every named profile. A response whose
     scenario has no default profile is quarantined for that profile (it still gets the named ones)."""
-    responses = responses.assign(input_hash=[input_hash(p, r) for p, r in
-                                             zip(responses["prompt"], responses["response"])])
+    # dtype object even for no rows (a model none of whose prompts is sampled), so the merges below line up
+    responses = responses.assign(input_hash=pd.Series([input_hash(p, r) for p, r in zip(
+        responses["prompt"], responses["response"])], index=responses.index, dtype=object))
     defaults = profiles[profiles["kind"] == "scenario_default"]
     named = profiles[profiles["kind"] == "named"]
     by_default = responses.merge(defaults.drop(columns="kind"), on="scenario", how="left")
