@@ -187,9 +187,13 @@ def build_app(data: PageData) -> gr.Blocks:
                 method2 = gr.Dropdown(data.methods[first], label="Method", elem_id="method-custom")
                 profile2 = gr.Dropdown([DEFAULT_PROFILE_CHOICE, *data.profiles], value=DEFAULT_PROFILE_CHOICE,
                                        label="Start from a named profile", elem_id="profile")
-            groups2 = gr.CheckboxGroup(label="Topics: scenario groups", elem_id="groups")
+            # Every pool's topics to start with (what the API accepts); the load narrows them to the pool shown.
+            groups2 = gr.CheckboxGroup(sorted({g for p in pools for g in data.groups(p)}),
+                                       label="Topics: scenario groups", elem_id="groups")
             with gr.Accordion("Topics: single scenarios", open=False):
-                scenarios2 = gr.CheckboxGroup(label="Scenarios (group › scenario)", elem_id="scenarios")
+                scenarios2 = gr.CheckboxGroup(sorted({s for p in pools for s in data.topic_names(p)}
+                                                     - {g for p in pools for g in data.groups(p)}),
+                                              label="Scenarios (group › scenario)", elem_id="scenarios")
             criteria2 = gr.Textbox(label=f"Your criteria, one per line ({inputs.LIMITS_TEXT})", lines=5,
                                    max_lines=20, elem_id="criteria",
                                    placeholder="The answer comes first.\nCode examples are complete.")
