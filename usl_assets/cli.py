@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "usl_assets.commands",
     "usl_assets.crm.commands",
     "usl_assets.leaderboards.commands",
+    "usl_assets.page.commands",
     "usl_assets.responses.commands",
 ]
 

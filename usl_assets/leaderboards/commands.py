@@ -4,6 +4,8 @@ user's topics, under the default criteria (from the published warehouse) or the 
 import argparse
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -202,43 +204,76 @@ def _with_interval(score: float, low: float, high: float) -> str:
     return "—" if pd.isna(score) else f"{score:.1f} [{low:.1f}, {high:.1f}]"
 
 
+# (pool, criteria) -> rewards DataFrame[pool, prompt_id, model, scenario, reward] of the whole pool
+ScoreCriteria = Callable[[str, list[str]], pd.DataFrame]
+
+
+def score_in_warehouse(pool: str, criteria: list[str]) -> pd.DataFrame:
+    """The CLI's scoring: scoring's score_adhoc_profile over the published responses, caching in the ad hoc
+    cache (never the file Dagster writes)."""
+    from usl_assets.scoring.score import score_adhoc_profile
+
+    return score_adhoc_profile(adhoc_cache(), usl_home(), pool, criteria, progress=True)
+
+
+@dataclass
+class Leaderboard:
+    long: pd.DataFrame  # scenario ('all' or a topic), model, score, ci_low, ci_high, rank, n_prompts
+    topics: list[str]
+    scoring_seconds: float = 0.0
+    left_out: int = 0  # responses whose reward was not finite, left out of the ranking
+    rewards: pd.DataFrame | None = None  # the ad hoc rewards ranked (None under the default criteria)
+    unranked: pd.DataFrame | None = None  # models left out for too little coverage, with the reason
+
+    @property
+    def wide(self) -> pd.DataFrame:
+        return wide_table(self.long, self.topics)
+
+
+def build_leaderboard(pool: str, topics: list[str], criteria: list[str], method: str,
+                      settings: ranking.BootstrapSettings, score: ScoreCriteria = score_in_warehouse,
+                      published: Path | None = None) -> Leaderboard:
+    """A pool's leaderboard overall and per topic: the default profile's published rankings, or the user's
+    criteria scored by `score` over the whole pool (the overall column ranks every prompt, as the published one
+    does) and ranked as the assets rank. `usl leaderboard` and the web page both call this."""
+    check_criteria_text(criteria)
+    topics = list(dict.fromkeys(topics))
+    known = pool_topics(pool, published)
+    check_topics(topics, known, pool)
+    if not criteria:
+        long = published_rankings(pool, topics, method, published)
+        if long.empty:
+            raise UslConfigError(f"pool {pool} has no {method} ranking under the default profile "
+                                 "(is its reference model loaded? try --method bradley_terry)")
+        return Leaderboard(long, topics, unranked=published_unranked(pool, published))
+    if method not in METHODS:
+        raise UslConfigError(f"method {method!r} ranks only the published default profile; your own criteria are "
+                             f"ranked by {' or '.join(METHODS)}")
+    scoring_started = time.perf_counter()
+    rewards = score(pool, list(criteria))
+    scoring_seconds = time.perf_counter() - scoring_started
+    unscored = ~np.isfinite(rewards["reward"].to_numpy(dtype=float))
+    rewards = rewards[~unscored]
+    reference = read_published("SELECT reference_model FROM leaderboard.reference_models WHERE pool = ?",
+                               [pool], path=published)["reference_model"]
+    unranked = adhoc_unranked(rewards)
+    ranked = rewards[~rewards["model"].isin(unranked["model"])]
+    long = adhoc_rankings(ranked, known, topics, method, reference.iloc[0] if len(reference) else None, settings)
+    return Leaderboard(long, topics, scoring_seconds, int(unscored.sum()), rewards, unranked)
+
+
 def show_leaderboard(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    check_criteria_text(args.criteria)
-    topics = list(dict.fromkeys(args.topic))
-    known = pool_topics(args.pool)
-    check_topics(topics, known, args.pool)
-    scoring_seconds = 0.0
-    if args.criteria:
-        from usl_assets.scoring.score import score_adhoc_profile
-
-        scoring_started = time.perf_counter()
-        # The whole pool, not only the topics: the overall column ranks every prompt, as the published one does.
-        rewards = score_adhoc_profile(adhoc_cache(), usl_home(), args.pool, args.criteria, progress=True)
-        scoring_seconds = time.perf_counter() - scoring_started
-        unscored = ~np.isfinite(rewards["reward"].to_numpy(dtype=float))
-        if unscored.any():
-            print(f"usl: {int(unscored.sum())} of {len(rewards)} responses got no finite reward and are left out",
-                  file=sys.stderr)
-            rewards = rewards[~unscored]
-        reference = read_published("SELECT reference_model FROM leaderboard.reference_models WHERE pool = ?",
-                                   [args.pool])["reference_model"]
-        settings = ranking.BootstrapSettings(usl_rounds=args.bootstrap_rounds, bt_rounds=args.bootstrap_rounds)
-        unranked = adhoc_unranked(rewards)
-        rewards = rewards[~rewards["model"].isin(unranked["model"])]
-        long = adhoc_rankings(rewards, known, topics, args.method, reference.iloc[0] if len(reference) else None,
-                              settings)
-    else:
-        unranked = published_unranked(args.pool)
-        long = published_rankings(args.pool, topics, args.method)
-        if long.empty:
-            raise UslConfigError(f"pool {args.pool} has no {args.method} ranking under the default profile "
-                                 "(is its reference model loaded? try --method bradley_terry)")
-    print(render(wide_table(long, topics), topics, args.format))
-    if len(unranked):
-        print(render_unranked(unranked), file=sys.stdout if args.format == "table" else sys.stderr)
+    settings = ranking.BootstrapSettings(usl_rounds=args.bootstrap_rounds, bt_rounds=args.bootstrap_rounds)
+    board = build_leaderboard(args.pool, args.topic, args.criteria, args.method, settings)
+    if board.left_out:
+        print(f"usl: {board.left_out} of {board.left_out + len(board.rewards)} responses got no finite reward and "
+              "are left out", file=sys.stderr)
+    print(render(board.wide, board.topics, args.format))
+    if len(board.unranked):
+        print(render_unranked(board.unranked), file=sys.stdout if args.format == "table" else sys.stderr)
     elapsed = time.perf_counter() - started
     profile = f"{len(args.criteria)} criteria of yours" if args.criteria else "default criteria"
-    print(f"latency: {elapsed:.2f} s (scoring {scoring_seconds:.2f} s; {profile}; {args.method})",
+    print(f"latency: {elapsed:.2f} s (scoring {board.scoring_seconds:.2f} s; {profile}; {args.method})",
           file=sys.stdout if args.format == "table" else sys.stderr)
     return 0

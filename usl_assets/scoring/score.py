@@ -419,16 +419,27 @@ def score_adhoc_profile(
         raise UslConfigError(f"batch size must be at least 1, got {batch_size}")
     scorer = load_scorer(usl_home_root, checkpoint)
     with warehouse.connect() as conn:
-        if not table_exists(conn, "responses.responses"):
-            raise UslConfigError("responses.responses is missing: materialize the responses stage first")
-        responses = pool_responses(conn, pool, scenarios)
-        profile = record_adhoc_profile(conn, criteria)
-        requests = responses.assign(
-            input_hash=[input_hash(p, r) for p, r in zip(responses["prompt"], responses["response"])],
-            criteria_hash=profile["criteria_hash"],
-            criteria=[profile["criteria"]] * len(responses),
-        )
-        rewards, stats = rewards_for(conn, scorer, requests, batch_size, progress)
+        return adhoc_rewards(conn, scorer, pool, criteria, scenarios, progress, batch_size)
+
+
+def adhoc_rewards(conn: duckdb.DuckDBPyConnection, scorer: RewardScorer, pool: str, criteria: list[str],
+                  scenarios: Sequence[str] | None = None, progress: bool = False, batch_size: int = 16,
+                  log: Log | None = None) -> pd.DataFrame:
+    """score_adhoc_profile on an open connection (the warehouse, or the web page's in-memory copy of the published
+    one) with a loaded scorer; `log` hears each scored chunk."""
+    problem = criteria_problem(criteria)
+    if problem:
+        raise UslConfigError(f"bad criteria: {problem}")
+    if not table_exists(conn, "responses.responses"):
+        raise UslConfigError("responses.responses is missing: materialize the responses stage first")
+    responses = pool_responses(conn, pool, scenarios)
+    profile = record_adhoc_profile(conn, criteria)
+    requests = responses.assign(
+        input_hash=[input_hash(p, r) for p, r in zip(responses["prompt"], responses["response"])],
+        criteria_hash=profile["criteria_hash"],
+        criteria=[profile["criteria"]] * len(responses),
+    )
+    rewards, stats = rewards_for(conn, scorer, requests, batch_size, progress, log)
     scored = requests.merge(rewards, on=["criteria_hash", "input_hash"], how="left")[ADHOC_COLUMNS]
     # Non-finite rewards stay NaN (the caller shows them); they are never cached, so a rerun scores them again.
     scored.attrs.update(stats=stats, profile=profile["profile"],
