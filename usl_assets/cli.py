@@ -3,17 +3,20 @@
 
 import argparse
 import importlib
+import shutil
 import sys
 import warnings
+from pathlib import Path
 
 import duckdb
 
-from usl_assets.settings import UslConfigError
+from usl_assets.settings import UslConfigError, usl_home
 
 COMMAND_MODULES = [
     "usl_assets.commands",
     "usl_assets.crm.commands",
     "usl_assets.leaderboards.commands",
+    "usl_assets.page.commands",
     "usl_assets.responses.commands",
 ]
 
@@ -28,7 +31,10 @@ class OneLineErrorParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     # Dagster marks single-run backfill policies as beta; a terminal user cannot act on that warning.
     warnings.filterwarnings("ignore", message=".*is currently in beta.*")
+    warnings.filterwarnings("ignore", message=".*is currently in preview.*")  # partitioned asset checks
     parser = OneLineErrorParser(prog="usl", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show Dagster's own log (INFO) besides the progress lines")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                        parser_class=OneLineErrorParser)
     for module_name in COMMAND_MODULES:
@@ -37,8 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from usl_assets.launch import stop_on_signals
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    stop_on_signals()
     try:
         return int(args.handler(args) or 0)
     except UslConfigError as error:
@@ -49,8 +58,25 @@ def main(argv: list[str] | None = None) -> int:
               "read the published copy, or retry when the running materialization ends", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("usl: interrupted", file=sys.stderr)
+        removed = remove_partial_files(usl_home())
+        print("usl: interrupted; the interrupted run is marked failed and can be rerun"
+              + (f" (removed {removed} partial file(s))" if removed else ""), file=sys.stderr)
         return 130
+
+
+def remove_partial_files(home: Path) -> int:
+    """What an interrupted write left: USL's writers name their work in progress `*.partial*` and rename it at the
+    end (checkpoints, merged encoders, embedding caches under models/, the published copy). The inbox is not
+    touched: a `.partial` there is a user's file still being written."""
+    found = [path for folder in ("models", "published") for path in (home / folder).rglob("*.partial*")]
+    removed = 0
+    for path in sorted(found, reverse=True):
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed += 1
+    return removed
 
 
 if __name__ == "__main__":

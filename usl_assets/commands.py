@@ -3,26 +3,36 @@
 import argparse
 import os
 import sys
+from pathlib import Path
 
 import dagster as dg
 
 from usl_assets.leaderboards.ranking import DEFAULT_METHOD
 from usl_assets.pipeline import OPTIONAL_TAG
+from usl_assets.recovery import recover_and_report
 from usl_assets.resources import Warehouse
 from usl_assets.settings import UslConfigError, data_dir, usl_home
 
 
+EMBEDDED_INSTANCE_YAML = Path(__file__).with_name("dagster.yaml")
+
+
+def dagster_home() -> Path:
+    """DAGSTER_HOME, or `$USL_HOME/dagster` when unset; a missing folder is created with the embedded default
+    instance (usl_assets/dagster.yaml: SQLite, one step at a time per pool). An existing dagster.yaml is kept."""
+    configured = os.environ.get("DAGSTER_HOME", "")
+    home = Path(configured).expanduser().resolve() if configured else usl_home() / "dagster"
+    if home.exists() and not home.is_dir():
+        raise UslConfigError(f"DAGSTER_HOME={home} is not a folder")
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "dagster.yaml").exists():
+        (home / "dagster.yaml").write_text(EMBEDDED_INSTANCE_YAML.read_text())
+    return home
+
+
 def open_instance() -> dg.DagsterInstance:
-    """The Dagster instance of DAGSTER_HOME (the Makefile sets it to $USL_HOME/dagster with dagster.yaml)."""
-    home = os.environ.get("DAGSTER_HOME", "")
-    if not home:
-        raise UslConfigError(
-            "DAGSTER_HOME is not set: use `make run` / `make status`, or export DAGSTER_HOME=$USL_HOME/dagster "
-            "and copy dagster.yaml (or deploy/dagster.postgres.yaml) there"
-        )
-    if not os.path.isdir(home):
-        raise UslConfigError(f"DAGSTER_HOME={home} is not a folder: `make dagster-home` creates it")
-    return dg.DagsterInstance.get()
+    """The Dagster instance of dagster_home()."""
+    return dg.DagsterInstance.from_config(str(dagster_home()))
 
 
 def add_parsers(subparsers: argparse._SubParsersAction) -> None:
@@ -31,7 +41,14 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     run = subparsers.add_parser("run", help="materialize the whole asset graph on the instance in DAGSTER_HOME")
     run.add_argument("--neural-crm", action="store_true",
                      help="also train the LoRA CRMs (factorized, cross) and convert SmolLM2: slow on CPU")
+    add_verbose_flag(run)
     run.set_defaults(handler=run_everything)
+
+
+def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
+    # SUPPRESS: `usl --verbose run` (top-level flag) is not reset by the subcommand's default.
+    parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="show Dagster's own log (INFO) besides the progress lines")
 
 
 def warehouse_tables(warehouse: Warehouse) -> list[tuple[str, str, int]]:
@@ -73,9 +90,11 @@ def _format_time(timestamp: float) -> str:
 
 def show_status(args: argparse.Namespace) -> int:
     home = usl_home()
-    warehouse = Warehouse()
+    # The published copy: the file Dagster writes is locked while a materialization runs.
+    warehouse = Warehouse(path=str(Warehouse().published_path()))
     print(f"USL_HOME: {home}")
-    print(f"warehouse: {warehouse.database_path()}" + ("" if warehouse.database_path().exists() else " (not yet)"))
+    print(f"warehouse (published copy): {warehouse.database_path()}"
+          + ("" if warehouse.database_path().exists() else " (not yet)"))
     for schema, table, rows in warehouse_tables(warehouse):
         print(f"  {schema}.{table:<40} {rows:>10,} rows")
     with open_instance() as instance:
@@ -126,8 +145,9 @@ def run_everything(args: argparse.Namespace) -> int:
     warehouse = Warehouse()
     data_dir()  # a missing data folder is one line here, not a failed run
     with open_instance() as instance:
+        recover_and_report(instance)
         try:
-            phases = run_graph(instance, include_optional=args.neural_crm)
+            phases = run_graph(instance, include_optional=args.neural_crm, verbose=getattr(args, "verbose", False))
         except RuntimeError as failure:
             print(f"usl: error: {failure}", file=sys.stderr)
             return 1
@@ -135,5 +155,6 @@ def run_everything(args: argparse.Namespace) -> int:
     print(f"warehouse (Dagster writes it): {warehouse.database_path()}")
     print(f"published copy for analysts:   {warehouse.published_path()}")
     print_summary(warehouse)
-    print("\nmore: `make status`, `make ui` (Dagster UI), docs/leaderboards.md (queries)")
+    print("\nmore: `usl status`, `make ui` (Dagster UI: the runs are under the location usl_assets), "
+          "docs/leaderboards.md (queries)")
     return 0

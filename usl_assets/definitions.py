@@ -1,30 +1,34 @@
-"""The one Definitions of the code location: each stage contributes its own `defs`; resources live here."""
+"""The one Definitions of the code location: each stage contributes its own `defs`; resources live here.
+
+Stages are imported as modules, not their `defs` objects: Dagster refuses a module that holds more than one
+Definitions at module scope, and `dagster dev -m usl_assets.definitions` would fail to load the location.
+"""
 
 import dagster as dg
 
-from usl_assets.crm.assets import defs as crm_model_defs
-from usl_assets.crm.data_assets import defs as crm_data_defs
-from usl_assets.leaderboards.assets import defs as leaderboards_defs
-from usl_assets.preferences.assets import defs as preferences_defs
-from usl_assets.preferences.tagging_assets import defs as preferences_tagging_defs
+from usl_assets.crm import assets as crm_model_assets
+from usl_assets.crm import data_assets as crm_data_assets
+from usl_assets.leaderboards import assets as leaderboards_assets
+from usl_assets.preferences import assets as preferences_assets
+from usl_assets.preferences import tagging_assets as preferences_tagging_assets
 from usl_assets.resources import default_resources
-from usl_assets.responses.assets import defs as responses_defs
-from usl_assets.scoring.assets import defs as scoring_defs
+from usl_assets.responses import assets as responses_assets
+from usl_assets.scoring import assets as scoring_assets
 
-STAGES = [
-    preferences_defs,
-    preferences_tagging_defs,
-    crm_data_defs,
-    crm_model_defs,
-    responses_defs,
-    scoring_defs,
-    leaderboards_defs,
+STAGE_MODULES = [
+    preferences_assets,
+    preferences_tagging_assets,
+    crm_data_assets,
+    crm_model_assets,
+    responses_assets,
+    scoring_assets,
+    leaderboards_assets,
 ]
 
 
 def build_definitions(resources: dict | None = None) -> dg.Definitions:
     """All stages with the default resources, or with some of them replaced (tests, other deployments)."""
-    merged = dg.Definitions.merge(*STAGES)
+    merged = dg.Definitions.merge(*(module.defs for module in STAGE_MODULES))
     return dg.Definitions(
         assets=merged.assets,
         asset_checks=merged.asset_checks,

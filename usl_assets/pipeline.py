@@ -3,7 +3,10 @@
 1. every unpartitioned asset upstream of the model partitions (preferences, CRM, prompts),
 2. every model partition at once (the partitioned assets use a single-run backfill policy),
 3. the unpartitioned assets downstream of them (leaderboards, the published copy).
-Each phase is one Dagster run, visible in the UI like any other.
+Each phase is one Dagster run of the code location `usl_assets` (launch.py), executed in this process: no daemon
+or server is needed, and the UI lists the runs under the location (Runs, Overview → Timeline, Re-execute).
+The terminal gets progress lines (a line per finished step: counts and elapsed time; a summary per phase);
+`verbose` adds Dagster's own log.
 """
 
 import time
@@ -11,7 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import dagster as dg
+from dagster._core.events import DagsterEvent
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+
+from usl_assets.launch import execute_in_location, raise_if_interrupted
 
 
 @dataclass
@@ -47,6 +53,7 @@ def run_graph(
     op_config: dict | None = None,
     only_partitions: list[str] | None = None,
     include_optional: bool = False,
+    verbose: bool = False,
 ) -> list[PhaseResult]:
     """`op_config` maps an asset name to its config (e.g. smaller slices); each phase gets its own assets'.
     `only_partitions` limits the model partitions materialized (all public models are registered either way)."""
@@ -58,7 +65,7 @@ def run_graph(
     before, partitioned, after = plan_phases(defs.resolve_asset_graph(), include_optional)
     data_root = defs.resources["data_dir"].root()
     run = lambda name, keys, extra, **kw: _execute(  # noqa: E731
-        job, instance, name, keys, extra, tags, log, _phase_config(op_config, keys), **kw)
+        job, instance, name, keys, extra, tags, log, _phase_config(op_config, keys, verbose), **kw)
     results = [run("upstream of the model partitions", before, {})]
     registered = register_public_models(instance, data_root)
     log(f"registered {len(registered)} model partitions")
@@ -89,25 +96,54 @@ def partition_ranges(instance: dg.DagsterInstance, only: list[str] | None) -> li
     return ranges
 
 
-def _phase_config(op_config: dict | None, keys: list[dg.AssetKey]) -> dict:
+def console_log_config(verbose: bool) -> dict:
+    """The terminal shows progress lines and Dagster's warnings; `--verbose` adds its INFO log. Every event stays
+    in the run's event log in the UI either way."""
+    return {"loggers": {"console": {"config": {"log_level": "INFO" if verbose else "WARNING"}}}}
+
+
+def _phase_config(op_config: dict | None, keys: list[dg.AssetKey], verbose: bool = False) -> dict:
     names = {key.to_python_identifier() for key in keys}
     return {
         "ops": {name: {"config": cfg} for name, cfg in (op_config or {}).items() if name in names},
-        # The terminal shows progress lines, not Dagster's debug events (all of them stay in the run's event log).
-        "loggers": {"console": {"config": {"log_level": "INFO"}}},
+        **console_log_config(verbose),
     }
+
+
+class StepProgress:
+    """One line per finished step: `  ✓ step (done/total steps, elapsed s)`."""
+
+    def __init__(self, log: Callable[[str], None]):
+        self.log, self.started, self.done, self.total = log, time.perf_counter(), 0, 0
+
+    def __call__(self, event: DagsterEvent, total_steps: int) -> None:
+        self.total = total_steps
+        if event.is_step_success or event.is_step_failure:
+            self.done += 1
+            mark = "✓" if event.is_step_success else "✗"
+            self.log(f"  {mark} {event.step_key} ({self.done}/{self.total} steps, "
+                     f"{time.perf_counter() - self.started:,.0f} s)")
 
 
 def _execute(job, instance, name, keys, extra_tags, tags, log, run_config, partitions=0) -> PhaseResult:
     log(f"▶ {name}: {len(keys)} assets" + (f" × {partitions} partitions" if partitions else ""))
     started = time.perf_counter()
-    result = job.execute_in_process(
-        run_config=run_config, instance=instance, asset_selection=keys, tags={**(tags or {}), **extra_tags}, raise_on_error=False
-    )
+    result = execute_in_location(job, instance, run_config=run_config, asset_selection=keys,
+                                 tags={**(tags or {}), **extra_tags}, on_event=StepProgress(log))
     seconds = time.perf_counter() - started
+    raise_if_interrupted(result)
     if not result.success:
         failed = [event.step_key for event in result.all_events if event.is_step_failure]
         raise RuntimeError(f"{name} failed in step(s) {', '.join(failed) or '?'} (run {result.run_id}); "
-                           f"see `dagster dev` → Runs for the logs")
-    log(f"✔ {name}: {seconds:,.0f} s (run {result.run_id})")
+                           f"see `make ui` → Runs for the logs")
+    log(f"✔ {name}: {phase_figures(result, partitions, seconds)} (run {result.run_id})")
     return PhaseResult(name, len(keys), partitions, seconds, result.run_id)
+
+
+def phase_figures(result: dg.ExecuteInProcessResult, partitions: int, seconds: float) -> str:
+    """`N materializations, passed/total checks passed in S s` (+ seconds per partition)."""
+    materialized = len(result.get_asset_materialization_events())
+    checks = result.get_asset_check_evaluations()
+    passed = sum(check.passed for check in checks)
+    rate = f", {seconds / partitions:.1f} s per partition" if partitions else ""
+    return f"{materialized} materializations, {passed}/{len(checks)} checks passed in {seconds:,.0f} s{rate}"

@@ -13,6 +13,7 @@ import dagster as dg
 import duckdb
 import pandas as pd
 
+from usl_assets import warehouse_docs
 from usl_assets.settings import UslConfigError, data_dir, usl_home
 
 # Every asset that writes the warehouse declares pool=WAREHOUSE_POOL; dagster.yaml limits each pool to one step.
@@ -88,6 +89,7 @@ class Warehouse(dg.ConfigurableResource):
             conn.unregister("_frame")
             if description:
                 conn.execute(f"COMMENT ON TABLE \"{schema}\".\"{name}\" IS '{_quote(description)}'")
+            warehouse_docs.apply_comments(conn, [table])  # the described ones: warehouse_tables.yaml wins
         return len(frame)
 
     def read_table(self, table: str) -> pd.DataFrame:
@@ -109,9 +111,11 @@ class Warehouse(dg.ConfigurableResource):
         return bool(found["n"].iloc[0])
 
     def table_metadata(self, table: str) -> dict:
-        """Row count and column schema of a table, as Dagster metadata the UI renders."""
+        """Row count and column schema (with warehouse_tables.yaml's descriptions) of a table, as Dagster metadata
+        the UI renders; the same descriptions become the table's DuckDB comments."""
         schema, name = _split(table)
         with self.connect() as conn:
+            warehouse_docs.apply_comments(conn, [table])
             rows = conn.execute(f'SELECT count(*) FROM "{schema}"."{name}"').fetchone()[0]
             columns = conn.execute(
                 "SELECT column_name, data_type FROM information_schema.columns "
@@ -121,7 +125,8 @@ class Warehouse(dg.ConfigurableResource):
         return {
             "dagster/row_count": dg.MetadataValue.int(int(rows)),
             "dagster/column_schema": dg.TableSchema(
-                columns=[dg.TableColumn(name=col, type=kind) for col, kind in columns]
+                columns=[dg.TableColumn(name=col, type=kind, description=warehouse_docs.column_description(table, col))
+                         for col, kind in columns]
             ),
             "dagster/table_name": dg.MetadataValue.text(f"{schema}.{name}"),
             "warehouse": dg.MetadataValue.path(str(self.database_path())),
@@ -132,6 +137,7 @@ class Warehouse(dg.ConfigurableResource):
         target = self.published_path()
         target.parent.mkdir(parents=True, exist_ok=True)
         with self.connect() as conn:
+            warehouse_docs.apply_comments(conn)  # every described table, also those written without table_metadata
             conn.execute("CHECKPOINT")
         partial = target.with_suffix(".duckdb.partial")
         shutil.copyfile(self.database_path(), partial)

@@ -1,6 +1,7 @@
 """The `usl` command's own behaviour: one clear line and a non-zero exit for what a user got wrong."""
 
 import pytest
+import yaml
 
 from usl_assets.cli import main
 
@@ -19,12 +20,28 @@ def test_run_without_a_data_folder_says_what_to_set(tmp_path, monkeypatch, capsy
     assert "USL_DATA_DIR is not set" in _one_error_line(capsys)
 
 
-def test_run_without_a_dagster_home_says_how_to_get_one(tmp_path, monkeypatch, capsys, shared_data_dir):
+def test_only_the_data_folder_set_gives_an_embedded_instance_under_usl_home(tmp_path, monkeypatch, capsys,
+                                                                           shared_data_dir):
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("USL_DATA_DIR", str(shared_data_dir))
-    monkeypatch.setenv("USL_HOME", str(tmp_path))
+    monkeypatch.delenv("USL_HOME", raising=False)
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
-    assert main(["run"]) == 2
-    assert "DAGSTER_HOME is not set" in _one_error_line(capsys)
+    assert main(["status"]) == 0
+    home = tmp_path / ".usl" / "dagster"
+    assert f"Dagster instance {home}" in capsys.readouterr().out
+    written = yaml.safe_load((home / "dagster.yaml").read_text())
+    assert written["nux"] == {"enabled": False} and written["concurrency"]["pools"]["default_limit"] == 1
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")  # a user's own file is kept
+    assert main(["status"]) == 0
+    assert (home / "dagster.yaml").read_text() == "telemetry:\n  enabled: false\n"
+
+
+def test_a_dagster_home_that_is_a_file_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("USL_HOME", str(tmp_path))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "not-a-folder"))
+    (tmp_path / "not-a-folder").write_text("")
+    assert main(["status"]) == 2
+    assert "is not a folder" in _one_error_line(capsys)
 
 
 def test_unknown_subcommand_is_one_line(capsys):

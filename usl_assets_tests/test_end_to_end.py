@@ -5,6 +5,7 @@ backbone, few bootstrap rounds); the data is the real public data."""
 import dagster as dg
 import duckdb
 
+from usl_assets import warehouse_docs
 from usl_assets.cli import main
 from usl_assets.crm.assets import CrmSettings
 from usl_assets.pipeline import plan_phases, run_graph
@@ -44,7 +45,7 @@ def test_plan_puts_every_asset_in_exactly_one_phase():
 def test_whole_graph_end_to_end(usl_env, tiny_backbone, tmp_path, monkeypatch, capsys):
     dagster_home = tmp_path / "dagster_home"
     dagster_home.mkdir()
-    (dagster_home / "dagster.yaml").write_text((REPO_ROOT / "dagster.yaml").read_text())
+    (dagster_home / "dagster.yaml").write_text((REPO_ROOT / "usl_assets" / "dagster.yaml").read_text())
     monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
     resources = {**usl_env, "crm_settings": tiny_crm_settings(tiny_backbone)}
     with dg.DagsterInstance.get() as instance:
@@ -59,6 +60,12 @@ def test_whole_graph_end_to_end(usl_env, tiny_backbone, tmp_path, monkeypatch, c
                  if k.to_user_string() not in optional and not instance.get_latest_materialization_event(k)
                  and not instance.get_materialized_partitions(k)]
         assert not never, f"never materialized: {never}"
+        rankings_schema = instance.get_latest_materialization_event(dg.AssetKey("rankings")).asset_materialization \
+            .metadata["dagster/column_schema"].value
+        assert {c.name: c.description for c in rankings_schema.columns} == \
+            warehouse_docs.tables()["leaderboard.rankings"].columns
+        # Every run of the CLI is a run of the code location (the UI lists it there; Re-execute works).
+        assert {run.remote_job_origin.location_name for run in instance.get_runs()} == {"usl_assets"}
 
     warehouse = usl_env["warehouse"]
     with duckdb.connect(str(warehouse.published_path()), read_only=True) as published:
@@ -67,6 +74,15 @@ def test_whole_graph_end_to_end(usl_env, tiny_backbone, tmp_path, monkeypatch, c
             "SELECT pool, count(DISTINCT model) AS models FROM leaderboard.rankings "
             "WHERE scenario = 'all' GROUP BY pool ORDER BY pool").fetchall()
         rewarded = published.execute("SELECT count(DISTINCT pool || model) FROM scoring.response_rewards").fetchone()
+        described = published.execute(
+            "SELECT t.schema_name || '.' || t.table_name, t.comment, c.column_name, c.comment FROM duckdb_tables() t "
+            "JOIN duckdb_columns() c USING (table_oid) WHERE NOT t.internal").fetchall()
+    # Every table the run wrote is described in warehouse_tables.yaml, and its DuckDB comments are that text.
+    catalog = warehouse_docs.tables()
+    assert {table for table, *_ in described} == set(catalog)
+    for table, table_comment, column, column_comment in described:
+        assert table_comment == catalog[table].description, table
+        assert column_comment and column_comment == warehouse_docs.column_description(table, column), (table, column)
     assert {"human_heldout", "criteria_reversed", "pandalm_majority"} <= set(evaluation["split"])
     assert {"crm", "length_baseline", "crm_no_criteria"} <= set(evaluation["variant"])
     assert evaluation["accuracy"].between(0, 1).all()

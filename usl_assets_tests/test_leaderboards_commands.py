@@ -83,8 +83,10 @@ def test_own_criteria_are_scored_then_ranked(published_home, capsys, shared_data
     assert table.loc["gpt4_1106_preview", "Code"] == 50.0 and table["n_prompts"].eq(30).all()
     assert ((table["overall_low"] <= table["overall"]) & (table["overall"] <= table["overall_high"])).all()
     live = Warehouse(path=str(published_home / "warehouse.duckdb"))
-    cached = live.query("SELECT count(*) AS n FROM scoring.reward_cache")["n"].iloc[0]
+    assert not live.table_exists("scoring.reward_cache")  # the file Dagster writes is never touched
+    cache = Warehouse(path=str(published_home / "adhoc" / "scores.duckdb"))  # the CLI's own
+    cached = cache.query("SELECT count(*) AS n FROM scoring.reward_cache")["n"].iloc[0]
     assert cached == len(ALPACA_MODELS) * 30  # every response of the pool scored once under the new criteria
     again, out_again, _ = run(capsys, *argv)
     assert again == 0 and out_again == out  # cached and seeded: the same table
-    assert live.query("SELECT count(*) AS n FROM scoring.reward_cache")["n"].iloc[0] == cached
+    assert cache.query("SELECT count(*) AS n FROM scoring.reward_cache")["n"].iloc[0] == cached

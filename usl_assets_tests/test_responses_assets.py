@@ -79,6 +79,13 @@ def test_model_partitions_load_in_one_run_and_replace_only_their_rows(env, share
     counts = warehouse.query("SELECT model, count(*) AS n FROM responses.responses GROUP BY model ORDER BY model")
     assert counts.values.tolist() == [["gemma-2b-it", 783], ["gemma-7b-it", 805]]
     assert warehouse.query("SELECT count(*) AS n FROM quality.response_quarantine")["n"].item() == 22
+    # Each partition's materialization carries that partition's own figures, not the run's totals.
+    figures = {m.partition: {k: v.value for k, v in m.metadata.items()}
+               for m in result.asset_materializations_for_node("model_responses")}
+    assert {key: (f["dagster/row_count"], f["rows_quarantined"]) for key, f in figures.items()} == {
+        "alpaca_eval:gemma-2b-it": (783, 22), "alpaca_eval:gemma-7b-it": (805, 0)}
+    assert "gemma-2b-it" in figures["alpaca_eval:gemma-2b-it"]["quarantine"]
+    assert figures["alpaca_eval:gemma-7b-it"]["quarantine"] == "nothing quarantined"
 
     again = dg.materialize([model_responses, *RESPONSE_CHECKS], resources=env, instance=instance,
                            partition_key="mt_bench:llama-13b")
@@ -179,8 +186,10 @@ def test_usl_add_model_loads_one_partition_and_bad_input_gets_one_line(env, shar
 
     assert cli.main(["add-model", "--pool", "mt_bench", str(new_file), "--responses-only"]) == 0
 
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "added partition mt_bench:koala-13b-rerun" in out and "30 responses loaded" in out
+    assert " - DEBUG - " not in out + captured.err and " - INFO - " not in out + captured.err  # progress lines only
     with dg.DagsterInstance.get() as instance:
         assert instance.get_dynamic_partitions("models") == ["mt_bench:koala-13b-rerun"]
         assert instance.get_latest_materialization_event(model_responses.key) is not None

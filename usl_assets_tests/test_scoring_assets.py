@@ -23,14 +23,36 @@ def scoring_env(usl_env, shared_data_dir, crm_models):
 
 
 def run_rewards(env, instance, tags=None, partition_key=None, config=None, raise_on_error=True):
+    """(result, metadata, checks) of a one-partition run; for a range, both keyed by partition."""
     result = dg.materialize([response_rewards], resources=env, instance=instance, partition_key=partition_key,
                             tags=tags, run_config={"ops": {"response_rewards": {"config": config or {}}}},
                             raise_on_error=raise_on_error)
     if not result.success:
         return result, {}, {}
-    metadata = {k: v.value for k, v in result.asset_materializations_for_node("response_rewards")[0].metadata.items()}
-    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    metadata = {m.partition: {k: v.value for k, v in m.metadata.items()}
+                for m in result.asset_materializations_for_node("response_rewards")}
+    checks = {}
+    for evaluation in result.get_asset_check_evaluations():
+        checks.setdefault(evaluation.partition, {})[evaluation.check_name] = evaluation.passed
+    if partition_key:
+        return result, metadata[partition_key], checks[partition_key]
     return result, metadata, checks
+
+
+def check_stamps(instance, run_id):
+    """(partition, the check's target materialization's storage id, that partition's materialization in the run)."""
+    from dagster._core.events import DagsterEventType
+
+    records = instance.get_records_for_run(run_id).records
+    materialized = {r.event_log_entry.dagster_event.partition: r.storage_id for r in records
+                    if r.event_log_entry.dagster_event_type == DagsterEventType.ASSET_MATERIALIZATION}
+    stamps = []
+    for r in records:
+        if r.event_log_entry.dagster_event_type == DagsterEventType.ASSET_CHECK_EVALUATION:
+            evaluation = r.event_log_entry.dagster_event.event_specific_data
+            stamps.append((evaluation.partition, evaluation.target_materialization_data.storage_id,
+                           materialized[evaluation.partition], r.storage_id))
+    return stamps
 
 
 def model_rows(warehouse, model):
@@ -49,11 +71,19 @@ def test_each_model_is_scored_once_and_reruns_come_from_the_cache(scoring_env):
     assert first["checkpoint_id"] == default_checkpoint(env["usl_home"].root()).name
     assert model_rows(warehouse, "gpt4_1106_preview") == per_model
 
-    # Adding models scores only them: one single-run backfill over the two new partitions.
-    _, added, checks = run_rewards(env, instance, tags={
+    # Adding models scores only them: one single-run backfill over the two new partitions, each partition with
+    # its own figures and its own check evaluations, stamped after (and pointing at) its own materialization.
+    result, added, checks = run_rewards(env, instance, tags={
         "dagster/asset_partition_range_start": "alpaca_eval:claude-2.1",
         "dagster/asset_partition_range_end": "alpaca_eval:vicuna-13b"})
-    assert all(checks.values()) and added["responses"] == 2 * N_PROMPTS and added["scored"] == 2 * per_model
+    assert set(added) == set(checks) == {"alpaca_eval:claude-2.1", "alpaca_eval:vicuna-13b"}
+    for key, figures in added.items():
+        assert all(checks[key].values()) and len(checks[key]) == 3
+        assert figures["responses"] == N_PROMPTS and figures["scored"] == per_model
+        assert figures["dagster/row_count"] == model_rows(warehouse, key.split(":")[1])
+    stamps = check_stamps(instance, result.run_id)
+    assert len(stamps) == 6
+    assert all(target == own and own < stamped for _, target, own, stamped in stamps)
 
     _, again, checks = run_rewards(env, instance, partition_key="alpaca_eval:gpt4_1106_preview")
     assert all(checks.values()) and again["scored"] == 0 and again["cache_hits"] == per_model

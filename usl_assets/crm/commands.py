@@ -41,6 +41,8 @@ def evaluate_crm(args: argparse.Namespace) -> int:
     out = args.out or args.preferences.with_name(args.preferences.stem + ".rewards.csv")
     if out.suffix not in (".csv", ".jsonl"):
         raise UslConfigError(f"--out must end in .csv or .jsonl, not {out.name}")
+    if out.resolve() == args.preferences.resolve():
+        raise UslConfigError(f"--out {out} is the preference file itself: choose another file for the rewards")
     checkpoint = _checkpoint(args.checkpoint, None)
     pairs, quarantined = read_preference_file(args.preferences)
     for bad in quarantined:

@@ -222,12 +222,18 @@ def _last_assistant(conversation) -> tuple[str, tuple[tuple[str, str], ...]]:
 def read_preference_file(path: Path) -> tuple[list[dict], list[dict]]:
     """(pairs, quarantined): each scorable non-tie line as a pair; every other line with its reason."""
     pairs, quarantined = [], []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
+    with open(path, "rb") as handle:  # decoded line by line: one Latin-1 line is skipped, not the whole file
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
                 continue
             try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
                 pairs.append(_preference_pair(json.loads(line)))
+            except UnicodeDecodeError as error:
+                quarantined.append({"line": number, "reason": f"not UTF-8 text ({error.reason} at byte "
+                                                              f"{error.start})"})
+            except RecursionError:
+                quarantined.append({"line": number, "reason": "JSON nested too deeply to parse"})
             except (ValueError, KeyError, TypeError, StopIteration) as error:
                 reason = str(error) or type(error).__name__
                 quarantined.append({"line": number, "reason": f"{type(error).__name__}: {reason}"[:200]})

@@ -4,6 +4,8 @@ user's topics, under the default criteria (from the published warehouse) or the 
 import argparse
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -31,8 +33,30 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
                         help="usl_soft (default): mean win probability against the pool's reference model; usl: "
                              "the paper's hard wins; usl_lc: length-controlled win rate; bradley_terry: ratings "
                              "(docs/leaderboards.md)")
-    parser.add_argument("--bootstrap-rounds", type=int, default=1000, help="resamples for the intervals")
+    parser.add_argument("--bootstrap-rounds", type=positive_int, default=1000, help="resamples for the intervals")
     parser.set_defaults(handler=show_leaderboard)
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number ≥ 1 (0 resamples would give NaN intervals)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def check_criteria_text(criteria: list[str]) -> None:
+    """Each criterion must be text: bytes that are not UTF-8 reach argv as lone surrogates and could never be
+    hashed or scored. Checked before the CRM is loaded."""
+    for criterion in criteria:
+        try:
+            criterion.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = criterion.encode("utf-8", errors="surrogateescape").decode("latin-1")
+            raise UslConfigError(f"bad --criteria: {shown!r} is not UTF-8 text") from None
 
 
 def read_published(sql: str, params: list | None = None, path: Path | None = None) -> pd.DataFrame:
@@ -69,6 +93,58 @@ def published_rankings(pool: str, topics: list[str], method: str, published: Pat
         "SELECT scenario, model, score, ci_low, ci_high, rank, n_prompts FROM leaderboard.rankings "
         "WHERE pool = ? AND profile = 'default' AND method = ? AND list_contains(?, scenario)",
         [pool, method, ["all", *topics]], path=published)
+
+
+ADHOC_CACHE = ("adhoc", "scores.duckdb")
+COPIED_TABLES = ("responses.responses", "responses.prompt_sample")
+
+
+def adhoc_cache(published: Path | None = None) -> Warehouse:
+    """A DuckDB file of the CLI's own ($USL_HOME/adhoc/scores.duckdb) for ad hoc scoring: the responses it scores,
+    copied from the published copy when that changes, its ad hoc profiles and their reward cache. The file
+    Dagster writes is never opened, so this works while a materialization runs."""
+    published = published or Warehouse().published_path()
+    if not published.exists():
+        raise UslConfigError(f"no published warehouse at {published}: materialize the leaderboards first (usl run)")
+    cache = Warehouse(path=str(usl_home().joinpath(*ADHOC_CACHE)))
+    version = f"{published.stat().st_mtime_ns}:{published.stat().st_size}"
+    with cache.connect() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS main.copied_from (published VARCHAR)")
+        if conn.execute("SELECT published FROM main.copied_from").fetchall() != [(version,)]:
+            conn.execute("ATTACH '" + str(published).replace("'", "''") + "' AS published (READ_ONLY)")
+            conn.execute("BEGIN TRANSACTION")
+            for table in COPIED_TABLES:
+                schema, _ = table.split(".")
+                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+                conn.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM published.{table}")
+            conn.execute("DELETE FROM main.copied_from")
+            conn.execute("INSERT INTO main.copied_from VALUES (?)", [version])
+            conn.execute("COMMIT")
+            conn.execute("DETACH published")
+    return cache
+
+
+def published_unranked(pool: str, published: Path | None = None) -> pd.DataFrame:
+    """leaderboard.unranked_models of the pool (models below the minimum coverage); empty for an older copy."""
+    try:
+        return read_published("SELECT model, reason FROM leaderboard.unranked_models WHERE pool = ? ORDER BY model",
+                              [pool], path=published)
+    except duckdb.CatalogException:
+        return pd.DataFrame(columns=["model", "reason"])
+
+
+def adhoc_unranked(rewards: pd.DataFrame, min_coverage: float = ranking.MIN_COVERAGE) -> pd.DataFrame:
+    """The ad hoc rewards' models below the minimum coverage of the prompts scored, as the rankings asset does."""
+    prompts = rewards["prompt_id"].nunique()
+    scored = rewards.groupby("model")["prompt_id"].nunique()
+    coverage = pd.DataFrame({"pool": "", "model": scored.index, "scored_prompts": scored.to_numpy(),
+                             "sampled_prompts": prompts, "coverage": scored.to_numpy() / max(prompts, 1)})
+    return ranking.unranked_models(coverage, min_coverage)[["model", "reason"]]
+
+
+def render_unranked(unranked: pd.DataFrame) -> str:
+    return "\n".join(["not ranked (too few of the pool's scored prompts):"]
+                     + [f"  {row.model}: {row.reason}" for row in unranked.itertuples()])
 
 
 def pairs_from_rewards(rewards: pd.DataFrame) -> pd.DataFrame:
@@ -143,37 +219,77 @@ def _with_interval(score: float, low: float, high: float) -> str:
     return "—" if pd.isna(score) else f"{score:.1f} [{low:.1f}, {high:.1f}]"
 
 
+# (pool, criteria) -> rewards DataFrame[pool, prompt_id, model, scenario, reward] of the whole pool
+ScoreCriteria = Callable[[str, list[str]], pd.DataFrame]
+
+
+def score_in_warehouse(pool: str, criteria: list[str]) -> pd.DataFrame:
+    """The CLI's scoring: scoring's score_adhoc_profile over the published responses, caching in the ad hoc
+    cache (never the file Dagster writes)."""
+    from usl_assets.scoring.score import score_adhoc_profile
+
+    return score_adhoc_profile(adhoc_cache(), usl_home(), pool, criteria, progress=True)
+
+
+@dataclass
+class Leaderboard:
+    long: pd.DataFrame  # scenario ('all' or a topic), model, score, ci_low, ci_high, rank, n_prompts
+    topics: list[str]
+    scoring_seconds: float = 0.0
+    left_out: int = 0  # responses whose reward was not finite, left out of the ranking
+    rewards: pd.DataFrame | None = None  # the ad hoc rewards ranked (None under the default criteria)
+    unranked: pd.DataFrame | None = None  # models left out for too little coverage, with the reason
+
+    @property
+    def wide(self) -> pd.DataFrame:
+        return wide_table(self.long, self.topics)
+
+
+def build_leaderboard(pool: str, topics: list[str], criteria: list[str], method: str,
+                      settings: ranking.BootstrapSettings, score: ScoreCriteria = score_in_warehouse,
+                      published: Path | None = None) -> Leaderboard:
+    """A pool's leaderboard overall and per topic: the default profile's published rankings, or the user's
+    criteria scored by `score` over the whole pool (the overall column ranks every prompt, as the published one
+    does) and ranked as the assets rank. `usl leaderboard` and the web page both call this."""
+    check_criteria_text(criteria)
+    topics = list(dict.fromkeys(topics))
+    known = pool_topics(pool, published)
+    check_topics(topics, known, pool)
+    if not criteria:
+        long = published_rankings(pool, topics, method, published)
+        if long.empty:
+            raise UslConfigError(f"pool {pool} has no {method} ranking under the default profile "
+                                 "(is its reference model loaded? try --method bradley_terry)")
+        return Leaderboard(long, topics, unranked=published_unranked(pool, published))
+    if method not in METHODS:
+        raise UslConfigError(f"method {method!r} ranks only the published default profile; your own criteria are "
+                             f"ranked by {' or '.join(METHODS)}")
+    scoring_started = time.perf_counter()
+    rewards = score(pool, list(criteria))
+    scoring_seconds = time.perf_counter() - scoring_started
+    unscored = ~np.isfinite(rewards["reward"].to_numpy(dtype=float))
+    rewards = rewards[~unscored]
+    reference = read_published("SELECT reference_model FROM leaderboard.reference_models WHERE pool = ?",
+                               [pool], path=published)["reference_model"]
+    unranked = adhoc_unranked(rewards)
+    ranked = rewards[~rewards["model"].isin(unranked["model"])]
+    long = adhoc_rankings(ranked, known, topics, method, reference.iloc[0] if len(reference) else None, settings,
+                          usl_soft_temperature(published))
+    return Leaderboard(long, topics, scoring_seconds, int(unscored.sum()), rewards, unranked)
+
+
 def show_leaderboard(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    topics = list(dict.fromkeys(args.topic))
-    known = pool_topics(args.pool)
-    check_topics(topics, known, args.pool)
-    scoring_seconds = 0.0
-    if args.criteria:
-        from usl_assets.scoring.score import score_adhoc_profile
-
-        scoring_started = time.perf_counter()
-        # The whole pool, not only the topics: the overall column ranks every prompt, as the published one does.
-        rewards = score_adhoc_profile(Warehouse(), usl_home(), args.pool, args.criteria, progress=True)
-        scoring_seconds = time.perf_counter() - scoring_started
-        unscored = ~np.isfinite(rewards["reward"].to_numpy(dtype=float))
-        if unscored.any():
-            print(f"usl: {int(unscored.sum())} of {len(rewards)} responses got no finite reward and are left out",
-                  file=sys.stderr)
-            rewards = rewards[~unscored]
-        reference = read_published("SELECT reference_model FROM leaderboard.reference_models WHERE pool = ?",
-                                   [args.pool])["reference_model"]
-        settings = ranking.BootstrapSettings(usl_rounds=args.bootstrap_rounds, bt_rounds=args.bootstrap_rounds)
-        long = adhoc_rankings(rewards, known, topics, args.method, reference.iloc[0] if len(reference) else None,
-                              settings, usl_soft_temperature())
-    else:
-        long = published_rankings(args.pool, topics, args.method)
-        if long.empty:
-            raise UslConfigError(f"pool {args.pool} has no {args.method} ranking under the default profile "
-                                 "(is its reference model loaded? try --method bradley_terry)")
-    print(render(wide_table(long, topics), topics, args.format))
+    settings = ranking.BootstrapSettings(usl_rounds=args.bootstrap_rounds, bt_rounds=args.bootstrap_rounds)
+    board = build_leaderboard(args.pool, args.topic, args.criteria, args.method, settings)
+    if board.left_out:
+        print(f"usl: {board.left_out} of {board.left_out + len(board.rewards)} responses got no finite reward and "
+              "are left out", file=sys.stderr)
+    print(render(board.wide, board.topics, args.format))
+    if len(board.unranked):
+        print(render_unranked(board.unranked), file=sys.stdout if args.format == "table" else sys.stderr)
     elapsed = time.perf_counter() - started
     profile = f"{len(args.criteria)} criteria of yours" if args.criteria else "default criteria"
-    print(f"latency: {elapsed:.2f} s (scoring {scoring_seconds:.2f} s; {profile}; {args.method})",
+    print(f"latency: {elapsed:.2f} s (scoring {board.scoring_seconds:.2f} s; {profile}; {args.method})",
           file=sys.stdout if args.format == "table" else sys.stderr)
     return 0

@@ -272,3 +272,31 @@ def slice_rng(settings: BootstrapSettings, *key: str) -> np.random.Generator:
 
     digest = hashlib.sha256("\x1f".join((str(settings.seed), *key)).encode("utf-8")).digest()
     return np.random.default_rng(int.from_bytes(digest[:8], "big"))
+
+
+MIN_COVERAGE = 0.9  # share of the pool's scored prompts a model must have rewards for to be ranked
+UNRANKED_COLUMNS = ["pool", "model", "scored_prompts", "sampled_prompts", "coverage", "reason"]
+
+
+def unranked_models(coverage: pd.DataFrame, min_coverage: float = MIN_COVERAGE) -> pd.DataFrame:
+    """leaderboard.unranked_models: the models of leaderboard.model_coverage below min_coverage, with the reason.
+    A partial model (10 of 168 prompts) ranked beside full ones would get a score resting on a few prompts."""
+    low = coverage[coverage["coverage"] < min_coverage]
+    reasons = [f"rewards for {s} of the pool's {n} scored prompts ({c:.0%}; ranking needs {min_coverage:.0%})"
+               for s, n, c in zip(low["scored_prompts"], low["sampled_prompts"], low["coverage"])]
+    return low.assign(reason=reasons)[UNRANKED_COLUMNS].sort_values(["pool", "model"], ignore_index=True)
+
+
+def only_ranked(reference_wins: pd.DataFrame, pairs: pd.DataFrame,
+                unranked: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The comparisons without the unranked models (a pair is dropped when either side is unranked)."""
+    left_out = set(zip(unranked["pool"], unranked["model"]))
+    if not left_out:
+        return reference_wins, pairs
+
+    def keep(frame: pd.DataFrame, column: str) -> pd.Series:
+        return pd.Series([(p, m) not in left_out for p, m in zip(frame["pool"], frame[column])], index=frame.index,
+                         dtype=bool)
+
+    return (reference_wins[keep(reference_wins, "model")],
+            pairs[keep(pairs, "model_a") & keep(pairs, "model_b")])

@@ -6,6 +6,7 @@ undecodable or unparseable text, NULL otherwise) and one column per top-level fi
 text (so a boolean response stays `true`, an int label stays `1` and a string label stays `"1"`).
 """
 
+import codecs
 import gzip
 import hashlib
 import json
@@ -48,6 +49,7 @@ def file_facts(path: Path) -> dict:
 def read_jsonl_bytes(data: bytes) -> RawFile:
     """One raw row per non-blank line; a line that is not UTF-8 or not a JSON object lands with an error marker."""
     records, blank_lines = [], 0
+    data = data.removeprefix(codecs.BOM_UTF8)  # editors on Windows start UTF-8 files with a BOM
     for number, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
             blank_lines += 1
@@ -61,11 +63,13 @@ def read_jsonl_bytes(data: bytes) -> RawFile:
 def read_json_array_bytes(data: bytes) -> RawFile:
     """One raw row per item of a JSON array; a file that is not a JSON array lands as one error row."""
     try:
-        items = json.loads(data.decode("utf-8"))
+        items = json.loads(data.removeprefix(codecs.BOM_UTF8).decode("utf-8"))
     except UnicodeDecodeError as error:
         return _raw_file([_error_row(1, "invalid_utf8", error, data)], 0)
     except json.JSONDecodeError as error:
         return _raw_file([_error_row(1, "invalid_json", error, data)], 0)
+    except RecursionError:
+        return _raw_file([_error_row(1, "too_deeply_nested", "JSON nested too deeply to parse", data[:20000])], 0)
     if not isinstance(items, list):
         return _raw_file([_error_row(1, "not_an_array", "the file is not a JSON array", data)], 0)
     records = [
@@ -118,11 +122,14 @@ def _parse_line(number: int, line: bytes) -> dict:
         return _error_row(number, "invalid_utf8", error, line)
     try:
         value = json.loads(text)
+        if not isinstance(value, dict):
+            return _error_row(number, "not_an_object", f"line is a JSON {type(value).__name__}", line)
+        return _record_row(number, value)  # re-encodes each field: as deep as the line
     except json.JSONDecodeError as error:
         return _error_row(number, "invalid_json", error, line)
-    if not isinstance(value, dict):
-        return _error_row(number, "not_an_object", f"line is a JSON {type(value).__name__}", line)
-    return _record_row(number, value)
+    except RecursionError:
+        # kept short: the line is evidence, not data, and a 100k-deep line is only brackets
+        return _error_row(number, "too_deeply_nested", "JSON nested too deeply to parse", line[:20000])
 
 
 def _record_row(number: int, value: dict) -> dict:

@@ -18,7 +18,7 @@ MAX_TEXT_CHARS = 20_000  # per prompt and per response; the longest real text (a
 SOURCES_WITH_SCENARIO = ("autoj",)
 TEXT_COLUMNS = ("prompt", "response_a", "response_b")
 RULE_ORDER = (
-    "invalid_utf8", "invalid_json", "invalid_gzip", "not_an_array", "not_an_object", "non_string_text",
+    "invalid_utf8", "invalid_json", "too_deeply_nested", "invalid_gzip", "not_an_array", "not_an_object", "non_string_text",
     "unknown_label", "unknown_scenario", "malformed_conversation", "malformed_criteria", "malformed_dialogue",
     "empty_text", "text_too_long", "identical_responses", "missing_scenario", "duplicate_pair",
 )

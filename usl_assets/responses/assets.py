@@ -100,17 +100,26 @@ def model_responses(
             raise dg.Failure(f"partition {key}: {error}; nothing was written") from error
         context.log.info(f"{key}: {len(loaded[-1].responses)} responses, {len(loaded[-1].quarantine)} quarantined")
     pools.replace_model_rows(warehouse, loaded)
-    quarantined = sum(len(item.quarantine) for item in loaded)
+    for item in loaded:
+        context.add_asset_metadata(partition_metadata(item), partition_key=pools.partition_key(item.pool, item.model))
+    # Shared by the run's partitions; each partition's own figures come from add_asset_metadata above.
     return dg.MaterializeResult(
         metadata={
             **warehouse.table_metadata(pools.RESPONSES_TABLE),
-            "partitions_loaded": dg.MetadataValue.int(len(loaded)),
-            "responses_loaded": dg.MetadataValue.int(sum(len(item.responses) for item in loaded)),
-            "rows_quarantined": dg.MetadataValue.int(quarantined),
-            "quarantine": dg.MetadataValue.md(_quarantine_summary(loaded)),
-            "source_files": dg.MetadataValue.md("\n".join(f"- `{item.source}`" for item in loaded)),
+            "partitions_in_run": dg.MetadataValue.int(len(loaded)),
         }
     )
+
+
+def partition_metadata(item: pools.ModelResponses) -> dict:
+    """One partition's own figures: its rows in responses.responses and its quarantine."""
+    return {
+        "dagster/row_count": dg.MetadataValue.int(len(item.responses)),
+        "responses_loaded": dg.MetadataValue.int(len(item.responses)),
+        "rows_quarantined": dg.MetadataValue.int(len(item.quarantine)),
+        "quarantine": dg.MetadataValue.md(_quarantine_summary([item])),
+        "source_file": dg.MetadataValue.path(str(item.source)),
+    }
 
 
 def _quarantine_summary(loaded: list[pools.ModelResponses]) -> str:

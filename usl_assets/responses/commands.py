@@ -6,8 +6,12 @@ import time
 from pathlib import Path
 
 import dagster as dg
+import duckdb
 
-from usl_assets.commands import open_instance
+from usl_assets.commands import add_verbose_flag, open_instance
+from usl_assets.launch import execute_in_location, raise_if_interrupted
+from usl_assets.pipeline import console_log_config
+from usl_assets.recovery import recover_and_report
 from usl_assets.resources import DataDir, UslHome, Warehouse
 from usl_assets.responses import inbox, pools
 from usl_assets.responses.assets import model_partitions, model_responses, partition_run_selection
@@ -27,10 +31,16 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
         help="load the responses only, not the model's downstream partitions (e.g. its CRM rewards)",
     )
     add.add_argument(
+        "--replace", action="store_true",
+        help="replace a model that exists already (its previous file and rows are archived); a pool's reference "
+             "model is never replaced by a file with fewer usable answers",
+    )
+    add.add_argument(
         "--no-leaderboards", action="store_true",
         help="do not rebuild the leaderboards afterwards (they read every model's rewards; by default they are "
              "rebuilt so the new model is ranked)",
     )
+    add_verbose_flag(add)
     add.set_defaults(handler=add_model)
 
 
@@ -40,9 +50,13 @@ def add_model(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         validated = inbox.validate_model_file(pool, args.file.expanduser().resolve(), data_root, args.model)
+        replaced = inbox.check_replacement(validated, data_root, home_root, args.replace, reference_models())
     except pools.ResponseFileError as error:
         raise UslConfigError(f"{args.file} was not added: {error}") from error
     with open_instance() as instance:
+        recover_and_report(instance)
+        if replaced is not None:
+            print(f"replacing {validated.partition_key} (was {replaced}); its previous rows go to archive.responses")
         stored = inbox.store_accepted(validated, home_root, keep_source=True)
         key = validated.partition_key
         print(f"validated {args.file}: model {validated.model}, {validated.records} records, "
@@ -50,7 +64,8 @@ def add_model(args: argparse.Namespace) -> int:
         if key not in instance.get_dynamic_partitions(model_partitions.name):
             instance.add_dynamic_partitions(model_partitions.name, [key])
             print(f"added partition {key}")
-        result = materialize_partition(instance, key, responses_only=args.responses_only)
+        result = materialize_partition(instance, key, responses_only=args.responses_only,
+                                       verbose=getattr(args, "verbose", False))
     summary = pools.partition_summary(Warehouse(), pool, validated.model)
     print(f"run {result.run_id}: materialized {', '.join(k.to_user_string() for k in result_keys(result))} "
           f"for {key} in {time.perf_counter() - started:.1f}s")
@@ -59,33 +74,49 @@ def add_model(args: argparse.Namespace) -> int:
     if not (args.responses_only or args.no_leaderboards):
         rebuild_started = time.perf_counter()
         with open_instance() as instance:
-            run_id = rebuild_leaderboards(instance, key)
+            run_id = rebuild_leaderboards(instance, key, verbose=getattr(args, "verbose", False))
         print(f"run {run_id}: leaderboards rebuilt with {key} in {time.perf_counter() - rebuild_started:.1f}s "
               "(published copy updated)")
     return 0
 
 
-def rebuild_leaderboards(instance: dg.DagsterInstance, key: str) -> str:
+def reference_models() -> dict[str, str]:
+    """pool → reference model: the published leaderboard's (asset config), else the defaults."""
+    from usl_assets.leaderboards.ranking import DEFAULT_REFERENCE_MODELS
+
+    published = Warehouse().published_path()
+    if published.exists():
+        try:
+            with duckdb.connect(str(published), read_only=True) as conn:
+                rows = conn.execute("SELECT pool, reference_model FROM leaderboard.reference_models").fetchall()
+            return {**DEFAULT_REFERENCE_MODELS, **{pool: model for pool, model in rows if model}}
+        except duckdb.Error:
+            pass  # a copy without the leaderboards yet
+    return dict(DEFAULT_REFERENCE_MODELS)
+
+
+def rebuild_leaderboards(instance: dg.DagsterInstance, key: str, verbose: bool = False) -> str:
     """The leaderboards job (unpartitioned: it reads every model's rewards), as the run-status sensor does."""
     from usl_assets.definitions import defs
 
-    result = defs.resolve_job_def("leaderboards_job").execute_in_process(
-        instance=instance, raise_on_error=False, tags={"usl/after_added_model": key})
+    result = execute_in_location(defs.resolve_job_def("leaderboards_job"), instance,
+                                 run_config=console_log_config(verbose), tags={"usl/after_added_model": key})
+    raise_if_interrupted(result)
     if not result.success:
         raise UslConfigError(f"leaderboards run {result.run_id} failed after adding {key}: see its log in the UI")
     return result.run_id
 
 
-def materialize_partition(instance: dg.DagsterInstance, key: str, responses_only: bool = False):
+def materialize_partition(instance: dg.DagsterInstance, key: str, responses_only: bool = False,
+                          verbose: bool = False):
     """Runs model_responses (and, unless responses_only, its model-partitioned downstream assets) for one key."""
     from usl_assets.definitions import defs  # the whole code location, loaded only when a run is asked for
 
     selection = [model_responses.key] if responses_only else partition_run_selection(defs.resolve_asset_graph())
     job = defs.resolve_implicit_global_asset_job_def()
-    result = job.execute_in_process(
-        instance=instance, partition_key=key, asset_selection=selection, raise_on_error=False,
-        tags={"usl/added_model": key},
-    )
+    result = execute_in_location(job, instance, run_config=console_log_config(verbose), partition_key=key,
+                                 asset_selection=selection, tags={"usl/added_model": key})
+    raise_if_interrupted(result)
     if not result.success:
         failure = next((e for e in result.all_events if e.is_step_failure), None)
         detail = failure.event_specific_data.error.message.strip().splitlines()[0] if failure else "see the run's log"

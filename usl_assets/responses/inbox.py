@@ -104,20 +104,60 @@ def _sha256(path: Path) -> str:
 
 
 def store_accepted(validated: ValidatedFile, usl_home_root: Path, keep_source: bool = False) -> Path:
-    """Copies the file to accepted/<pool>/<model><ext> (replacing an earlier one of that model, and any copy in
-    the other format), atomically; removes the inbox file unless keep_source."""
+    """Copies the file to accepted/<pool>/<model><ext>, atomically; an earlier accepted file of that model (in
+    either format) is moved to archive/<pool>/ first. Removes the inbox file unless keep_source."""
     folder = pools.accepted_dir(usl_home_root, validated.pool)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{validated.model}{validated.suffix}"
     partial = folder / f".{target.name}.partial"
     shutil.copyfile(validated.path, partial)
     older = pools.accepted_model_files(usl_home_root, validated.pool).get(validated.model)
-    if older is not None and older != target:
-        older.unlink()
+    if older is not None:
+        archive_file(older, validated.model, usl_home_root, validated.pool)
     partial.replace(target)
     if not keep_source:
         validated.path.unlink()
     return target
+
+
+def archive_file(path: Path, model: str, usl_home_root: Path, pool: str) -> Path:
+    """Moves a replaced accepted file to archive/<pool>/<model>.<utc time>.<sha8><ext>: re-adding it with
+    `usl add-model --replace` restores that version."""
+    folder = usl_home_root / "archive" / pool
+    folder.mkdir(parents=True, exist_ok=True)
+    suffix = ".json.gz" if path.name.endswith(".gz") else path.suffix
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = folder / f"{model}.{stamp}.{_sha256(path)[:8]}{suffix}"
+    shutil.move(path, target)
+    return target
+
+
+def current_source(pool: str, model: str, data_root: Path, usl_home_root: Path) -> Path | None:
+    """The file the model's rows come from now (accepted, else public), or None for a new model."""
+    try:
+        return pools.model_file(data_root, usl_home_root, pool, model)
+    except UslConfigError:
+        return None
+
+
+def check_replacement(validated: ValidatedFile, data_root: Path, usl_home_root: Path, replace: bool,
+                      reference_models: dict[str, str]) -> Path | None:
+    """Refuses to replace an existing model unless `replace`, and refuses to shrink a pool's reference model
+    (every USL score is a comparison with it) even then; returns the file being replaced, if any."""
+    existing = current_source(validated.pool, validated.model, data_root, usl_home_root)
+    if existing is None or _sha256(existing) == validated.sha256:
+        return None  # new, or the same file again (e.g. rerun after a killed run): nothing is replaced
+    key = validated.partition_key
+    if not replace:
+        raise ResponseFileError(f"model {key} exists already (from {existing}): pass --replace to replace it (the "
+                                "current version is archived)")
+    if reference_models.get(validated.pool) == validated.model:
+        before = _usable_rows(validated.pool, pools.read_model_records(validated.pool, existing), data_root)
+        if validated.usable < before:
+            raise ResponseFileError(
+                f"{validated.model} is the reference model of pool {validated.pool} (every USL score compares with "
+                f"it): replacing it would shrink it from {before} to {validated.usable} usable answers; refused")
+    return existing
 
 
 def quarantine_file(path: Path, usl_home_root: Path, reason: str) -> Path:
@@ -152,6 +192,16 @@ def process_inbox(usl_home_root: Path, data_root: Path) -> InboxOutcome:
             validated = validate_model_file(pool, path, data_root)
         except (ResponseFileError, UslConfigError) as error:
             outcome.quarantined.append((quarantine_file(path, usl_home_root, str(error)), str(error)))
+            continue
+        existing = current_source(validated.pool, validated.model, data_root, usl_home_root)
+        if existing is not None and _sha256(existing) == validated.sha256:
+            path.unlink()  # the same file again: nothing new (its run key is the one already requested)
+            outcome.accepted.append((validated, existing))
+            continue
+        if existing is not None:
+            reason = (f"model {validated.partition_key} exists already (from {existing}): the inbox never replaces "
+                      "a model; use `usl add-model --replace`")
+            outcome.quarantined.append((quarantine_file(path, usl_home_root, reason), reason))
             continue
         outcome.accepted.append((validated, store_accepted(validated, usl_home_root)))
     return outcome

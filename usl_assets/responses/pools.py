@@ -137,6 +137,8 @@ def read_model_records(pool: str, path: Path) -> list:
         return _read_json_list(path)
     except (UnicodeDecodeError, OSError, EOFError) as error:
         raise ResponseFileError(f"{path.name}: cannot be read ({type(error).__name__}: {error})") from error
+    except RecursionError as error:
+        raise ResponseFileError(f"{path.name}: JSON nested too deeply to parse") from error
 
 
 def _open_text(path: Path):
@@ -326,11 +328,17 @@ def _mt_bench_row(record, prompts: pd.DataFrame, by_text: dict) -> tuple[str | N
     return prompt_id, usable, problem
 
 
+# As preference texts (preferences/validation.py): the longest real answer in either pool has 15,834 characters.
+MAX_RESPONSE_CHARS = 20_000
+
+
 def _answer_problem(answer, what: str) -> tuple | None:
     if not isinstance(answer, str):
         return "not_a_string", f"{what} is {type(answer).__name__}, not text"
     if not answer.strip():
         return "empty_response", f"{what} is empty"
+    if len(answer) > MAX_RESPONSE_CHARS:
+        return "response_too_long", f"{what} has {len(answer):,} characters (limit {MAX_RESPONSE_CHARS:,})"
     return None
 
 
@@ -381,6 +389,9 @@ def replace_model_rows(warehouse, loaded: list[ModelResponses]) -> None:
             if not exists:
                 conn.execute(ddl)
         for item in loaded:
+            if _model_rows_change(conn, item):
+                for table, archive in ARCHIVE_TABLES.items():
+                    _archive_rows(conn, table, archive, item)
             for table, frame in ((RESPONSES_TABLE, item.responses), (QUARANTINE_TABLE, item.quarantine)):
                 conn.execute(f"DELETE FROM {table} WHERE pool = ? AND model = ?", [item.pool, item.model])
                 if len(frame):
@@ -388,6 +399,31 @@ def replace_model_rows(warehouse, loaded: list[ModelResponses]) -> None:
                     conn.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _rows")
                     conn.unregister("_rows")
         conn.execute("COMMIT")
+
+
+# A model's rows replaced by different ones are kept here, stamped, so no earlier version is lost.
+ARCHIVE_TABLES = {RESPONSES_TABLE: "archive.responses", QUARANTINE_TABLE: "archive.response_quarantine"}
+
+
+def _model_rows_change(conn, item: ModelResponses) -> bool:
+    """True when the model has rows and the new ones differ from them (a rerun of the same file archives nothing)."""
+    old = conn.execute(f"SELECT prompt_id, response_hash FROM {RESPONSES_TABLE} WHERE pool = ? AND model = ?",
+                       [item.pool, item.model]).fetchall()
+    if not old:
+        return False
+    return set(old) != set(zip(item.responses["prompt_id"], item.responses["response_hash"]))
+
+
+def _archive_rows(conn, table: str, archive: str, item: ModelResponses) -> None:
+    conn.execute("CREATE SCHEMA IF NOT EXISTS archive")
+    select = f"SELECT *, now() AS archived_at, ? AS replaced_by FROM {table} WHERE pool = ? AND model = ?"
+    params = [str(item.source), item.pool, item.model]
+    exists = conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'archive' "
+                          "AND table_name = ?", [archive.split(".")[1]]).fetchone()[0]
+    if exists:
+        conn.execute(f"INSERT INTO {archive} {select}", params)
+    else:
+        conn.execute(f"CREATE TABLE {archive} AS {select}", params)
 
 
 def sample_gaps(warehouse) -> dict[str, int]:

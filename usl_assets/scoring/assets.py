@@ -87,8 +87,8 @@ CHECKS = {
     partitions_def=model_partitions,
     backfill_policy=dg.BackfillPolicy.single_run(),
     deps=[criteria_profiles, dg.AssetKey("model_responses"), dg.AssetKey("prompt_sample"), *CRM_CHECKPOINT_ASSETS],
-    check_specs=[dg.AssetCheckSpec(name, asset="response_rewards", description=text)
-                 for name, text in CHECKS.items()],
+    check_specs=[dg.AssetCheckSpec(name, asset="response_rewards", description=text,
+                                   partitions_def=model_partitions) for name, text in CHECKS.items()],
     description="CRM reward of each sampled response under its scenario's default profile and every named "
                 "profile (scoring.response_rewards), cached in scoring.reward_cache.",
 )
@@ -112,45 +112,77 @@ def response_rewards(context: dg.AssetExecutionContext, config: RewardsConfig, u
             results.append((result, score.partition_figures(conn, pool, model),
                             score.expected_reward_count(conn, pool, model)))
             total.add(result.stats)
-    responses = sum(r.responses for r, _, _ in results)
+    for result, figures, _ in results:
+        context.add_asset_metadata(partition_figures(result, figures), partition_key=f"{result.pool}:{result.model}")
+    # Shared by every partition of the run; each partition's own figures come from add_asset_metadata above.
     yield dg.MaterializeResult(metadata={
         **warehouse.table_metadata(score.REWARDS_TABLE),
         "checkpoint_id": scorer.checkpoint_id,
         "architecture": scorer.architecture,
         "batch_size": config.batch_size,
-        "responses": responses,
-        "rewards_written": sum(r.rewards for r, _, _ in results),
-        "quarantined": sum(r.quarantined for r, _, _ in results),
-        "scored": total.scored,
-        "cache_hits": total.cache_hits,
-        "responses_embedded": total.embedded,
-        "scoring_seconds": round(total.seconds, 2),
-        "rate_scored_per_s": round(total.rate, 2),
-        "rate_responses_per_s": round(responses / total.seconds, 2) if total.seconds > 0 else 0.0,
+        "partitions_in_run": len(results),
+        "run_rate_scored_per_s": round(total.rate, 2),
     })
-    yield from partition_checks(results, default_id)
+    # After the materializations, so each evaluation is stamped with (and points at) its partition's new one.
+    yield from partition_checks(context.instance, results, default_id)
+    # The check outputs Dagster expects of this step (AssetCheckResult would yield them, but carries no partition).
+    for name in CHECKS:
+        check_key = dg.AssetCheckKey(response_rewards.key, name)
+        if check_key in context.selected_asset_check_keys:
+            yield dg.Output(None, output_name=context.assets_def.get_output_name_for_asset_check_key(check_key))
 
 
-def partition_checks(results: list, default_checkpoint_id: str):
-    per_model = {f"{r.pool}/{r.model}": (r, figures, expected) for r, figures, expected in results}
-    missing = {name: expected - figures["rows"] - figures["quarantined"]
-               for name, (_, figures, expected) in per_model.items()}
-    duplicates = {name: figures["duplicates"] for name, (_, figures, _) in per_model.items()}
-    yield dg.AssetCheckResult(
-        check_name="one_reward_per_response_profile",
-        passed=not any(missing.values()) and not any(duplicates.values()),
-        metadata={"missing": sum(missing.values()), "duplicates": sum(duplicates.values()),
-                  "models_with_problems": ", ".join(n for n in per_model if missing[n] or duplicates[n]) or "none"},
+def partition_figures(result: score.PartitionResult, figures: dict) -> dict:
+    stats = result.stats
+    return {
+        "dagster/row_count": dg.MetadataValue.int(int(figures["rows"])),
+        "responses": result.responses,
+        "rewards_written": result.rewards,
+        "quarantined": result.quarantined,
+        "scored": stats.scored,
+        "cache_hits": stats.cache_hits,
+        "responses_embedded": stats.embedded,
+        "scoring_seconds": round(stats.seconds, 2),
+        "rate_scored_per_s": round(stats.rate, 2),
+        "rate_responses_per_s": round(result.responses / stats.seconds, 2) if stats.seconds > 0 else 0.0,
+    }
+
+
+def partition_checks(instance: dg.DagsterInstance, results: list, default_checkpoint_id: str):
+    """One evaluation per check and partition (the checks' specs are partitioned by model)."""
+    for result, figures, expected in results:
+        key = f"{result.pool}:{result.model}"
+        missing = expected - figures["rows"] - figures["quarantined"]
+        stale = sorted(set(figures["checkpoints"]) - {default_checkpoint_id})
+        outcomes = {
+            "one_reward_per_response_profile": (
+                missing == 0 and figures["duplicates"] == 0,
+                {"expected": expected, "rewards": figures["rows"], "quarantined": figures["quarantined"],
+                 "missing": missing, "duplicates": figures["duplicates"]}),
+            "rewards_finite": (figures["non_finite"] == 0, {"non_finite": figures["non_finite"]}),
+            "checkpoint_is_default": (not stale, {"default_checkpoint": default_checkpoint_id,
+                                                  "other_checkpoints": ", ".join(stale) or "none"}),
+        }
+        target = latest_materialization(instance, response_rewards.key, key)
+        for name, (passed, metadata) in outcomes.items():
+            yield dg.AssetCheckEvaluation(
+                asset_key=response_rewards.key, check_name=name, passed=bool(passed), metadata=metadata,
+                partition=key, target_materialization_data=target, blocking=False,
+                severity=dg.AssetCheckSeverity.WARN if name == "checkpoint_is_default" else
+                dg.AssetCheckSeverity.ERROR)
+
+
+def latest_materialization(instance: dg.DagsterInstance, asset_key: dg.AssetKey, partition: str):
+    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+        AssetCheckEvaluationTargetMaterializationData,
     )
-    non_finite = sum(figures["non_finite"] for _, figures, _ in per_model.values())
-    yield dg.AssetCheckResult(check_name="rewards_finite", passed=non_finite == 0,
-                              metadata={"non_finite": non_finite})
-    stale = sorted({cid for _, figures, _ in per_model.values() for cid in figures["checkpoints"]}
-                   - {default_checkpoint_id})
-    yield dg.AssetCheckResult(
-        check_name="checkpoint_is_default", passed=not stale, severity=dg.AssetCheckSeverity.WARN,
-        metadata={"default_checkpoint": default_checkpoint_id, "other_checkpoints": ", ".join(stale) or "none"},
-    )
+
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition]), limit=1).records
+    if not records:
+        return None
+    return AssetCheckEvaluationTargetMaterializationData(
+        storage_id=records[0].storage_id, run_id=records[0].run_id, timestamp=records[0].timestamp)
 
 
 defs = dg.Definitions(assets=[criteria_profiles, response_rewards], asset_checks=[criteria_profiles_complete])

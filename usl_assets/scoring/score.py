@@ -278,8 +278,9 @@ def sampled_responses(conn: duckdb.DuckDBPyConnection, pool: str, model: str) ->
 def reward_requests(responses: pd.DataFrame, profiles: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Each response under its scenario's default profile and under every named profile. A response whose
     scenario has no default profile is quarantined for that profile (it still gets the named ones)."""
-    responses = responses.assign(input_hash=[input_hash(p, r) for p, r in
-                                             zip(responses["prompt"], responses["response"])])
+    # dtype object even for no rows (a model none of whose prompts is sampled), so the merges below line up
+    responses = responses.assign(input_hash=pd.Series([input_hash(p, r) for p, r in zip(
+        responses["prompt"], responses["response"])], index=responses.index, dtype=object))
     defaults = profiles[profiles["kind"] == "scenario_default"]
     named = profiles[profiles["kind"] == "named"]
     by_default = responses.merge(defaults.drop(columns="kind"), on="scenario", how="left")
@@ -418,16 +419,27 @@ def score_adhoc_profile(
         raise UslConfigError(f"batch size must be at least 1, got {batch_size}")
     scorer = load_scorer(usl_home_root, checkpoint)
     with warehouse.connect() as conn:
-        if not table_exists(conn, "responses.responses"):
-            raise UslConfigError("responses.responses is missing: materialize the responses stage first")
-        responses = pool_responses(conn, pool, scenarios)
-        profile = record_adhoc_profile(conn, criteria)
-        requests = responses.assign(
-            input_hash=[input_hash(p, r) for p, r in zip(responses["prompt"], responses["response"])],
-            criteria_hash=profile["criteria_hash"],
-            criteria=[profile["criteria"]] * len(responses),
-        )
-        rewards, stats = rewards_for(conn, scorer, requests, batch_size, progress)
+        return adhoc_rewards(conn, scorer, pool, criteria, scenarios, progress, batch_size)
+
+
+def adhoc_rewards(conn: duckdb.DuckDBPyConnection, scorer: RewardScorer, pool: str, criteria: list[str],
+                  scenarios: Sequence[str] | None = None, progress: bool = False, batch_size: int = 16,
+                  log: Log | None = None) -> pd.DataFrame:
+    """score_adhoc_profile on an open connection (the warehouse, or the web page's in-memory copy of the published
+    one) with a loaded scorer; `log` hears each scored chunk."""
+    problem = criteria_problem(criteria)
+    if problem:
+        raise UslConfigError(f"bad criteria: {problem}")
+    if not table_exists(conn, "responses.responses"):
+        raise UslConfigError("responses.responses is missing: materialize the responses stage first")
+    responses = pool_responses(conn, pool, scenarios)
+    profile = record_adhoc_profile(conn, criteria)
+    requests = responses.assign(
+        input_hash=[input_hash(p, r) for p, r in zip(responses["prompt"], responses["response"])],
+        criteria_hash=profile["criteria_hash"],
+        criteria=[profile["criteria"]] * len(responses),
+    )
+    rewards, stats = rewards_for(conn, scorer, requests, batch_size, progress, log)
     scored = requests.merge(rewards, on=["criteria_hash", "input_hash"], how="left")[ADHOC_COLUMNS]
     # Non-finite rewards stay NaN (the caller shows them); they are never cached, so a rerun scores them again.
     scored.attrs.update(stats=stats, profile=profile["profile"],

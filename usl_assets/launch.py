@@ -1,0 +1,138 @@
+"""Runs that the CLI executes in this process, recorded as runs of the code location `usl_assets`.
+
+`JobDefinition.execute_in_process` creates its run without a code origin: the UI then shows it as a
+"manually launched" run of no location, leaves it off Overview → Timeline and warns on "Re-execute". Here the
+run is created with the origin the webserver gives runs of workspace.yaml's location (the same module, attribute
+and location name), then executed in this process exactly as `execute_in_process` does it: no daemon, no
+server, no subprocess, and resources may still be replaced (tests).
+"""
+
+import os
+import signal
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import dagster as dg
+from dagster._core.definitions.job_base import InMemoryJob
+from dagster._core.definitions.reconstruct import ReconstructableRepository
+from dagster._core.definitions.repository_definition.valid_definitions import SINGLETON_REPOSITORY_NAME
+from dagster._core.execution.api import ExecuteRunWithPlanIterable, create_execution_plan, job_execution_iterator
+from dagster._core.execution.context_creation_job import (
+    PlanOrchestrationContextManager,
+    orchestration_context_event_generator,
+)
+from dagster._core.events import DagsterEvent
+from dagster._core.execution.execute_in_process import merge_run_tags
+from dagster._core.execution.plan.objects import ErrorSource
+from dagster._core.origin import JobPythonOrigin
+from dagster._core.remote_origin import (
+    ManagedGrpcPythonEnvCodeLocationOrigin,
+    RemoteJobOrigin,
+    RemoteRepositoryOrigin,
+)
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+# What workspace.yaml names (usl_assets_tests/test_workspace.py checks that the two agree).
+LOCATION_NAME = "usl_assets"
+DEFINITIONS_MODULE = "usl_assets.definitions"
+DEFINITIONS_ATTRIBUTE = "defs"
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def location_origin() -> ManagedGrpcPythonEnvCodeLocationOrigin:
+    return ManagedGrpcPythonEnvCodeLocationOrigin(
+        loadable_target_origin=LoadableTargetOrigin(
+            executable_path=sys.executable, module_name=DEFINITIONS_MODULE, attribute=DEFINITIONS_ATTRIBUTE,
+            working_directory=str(PROJECT_ROOT) if (PROJECT_ROOT / "workspace.yaml").exists() else os.getcwd(),
+        ),
+        location_name=LOCATION_NAME,
+    )
+
+
+def job_origins(job_name: str) -> tuple[RemoteJobOrigin, JobPythonOrigin]:
+    """(the origin the UI matches a run to its location by, the origin a run worker would load the job from)."""
+    remote = RemoteJobOrigin(
+        repository_origin=RemoteRepositoryOrigin(location_origin(), SINGLETON_REPOSITORY_NAME), job_name=job_name)
+    code = ReconstructableRepository.for_module(
+        DEFINITIONS_MODULE, DEFINITIONS_ATTRIBUTE, location_origin().loadable_target_origin.working_directory)
+    return remote, JobPythonOrigin(job_name, code.get_python_origin())
+
+
+def execute_in_location(
+    job_def: dg.JobDefinition,
+    instance: dg.DagsterInstance,
+    run_config: Mapping | None = None,
+    asset_selection: Sequence[dg.AssetKey] | None = None,
+    partition_key: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    on_event: Callable[[DagsterEvent, int], None] | None = None,
+) -> dg.ExecuteInProcessResult:
+    """`job_def.execute_in_process(..., raise_on_error=False)`, with the run recorded under this location.
+    `on_event(event, steps_in_plan)` sees each event as it happens (progress lines)."""
+    selection = list(asset_selection or [])
+    ephemeral = job_def.as_ephemeral_job(resource_defs={}, input_values={}, op_selection=None,
+                                         asset_selection=selection)
+    run_config = dict(run_config or {})
+    run_tags = merge_run_tags(job_def=job_def, partition_key=partition_key, tags=tags, asset_selection=selection,
+                              instance=instance, run_config=run_config)
+    job = InMemoryJob(job_def=ephemeral)
+    plan = create_execution_plan(job, run_config=run_config, instance_ref=instance.get_ref()
+                                 if instance.is_persistent else None)
+    remote_origin, code_origin = job_origins(job_def.name)
+    run = instance.create_run_for_job(
+        job_def=ephemeral, run_config=run_config, tags={**ephemeral.run_tags, **run_tags},
+        asset_selection=frozenset(selection) if selection else None, execution_plan=plan,
+        remote_job_origin=remote_origin, job_code_origin=code_origin,
+    )
+    steps = len(plan.step_keys_to_execute)
+    events = []
+    try:
+        for event in ExecuteRunWithPlanIterable(
+            execution_plan=plan,
+            iterator=job_execution_iterator,
+            execution_context_manager=PlanOrchestrationContextManager(
+                context_event_generator=orchestration_context_event_generator, job=job, execution_plan=plan,
+                dagster_run=run, instance=instance, run_config=run_config, executor_defs=None,
+                output_capture=None, raise_on_error=False,
+            ),
+        ):
+            events.append(event)
+            if on_event is not None:
+                on_event(event, steps)
+    except KeyboardInterrupt:
+        # Interrupted outside Dagster's own handling (before the first step): never leave a run that looks alive.
+        current = instance.get_run_by_id(run.run_id)
+        if current is not None and not current.is_finished:
+            instance.report_run_failed(current, "interrupted (SIGINT/SIGTERM) before it finished")
+        raise
+    return dg.ExecuteInProcessResult(job_def=ephemeral, event_list=events,
+                                     dagster_run=instance.get_run_by_id(run.run_id), output_capture={})
+
+
+_received = {"signal": None}
+
+
+def stop_on_signals() -> None:
+    """SIGTERM stops a CLI run as Ctrl-C does. Dagster turns either into a failed step and a failed run (its
+    writes are transactions or `.partial` files renamed at the end, so nothing half-written is published) and
+    would carry on with `raise_on_error=False`; raise_if_interrupted then stops the command."""
+
+    def interrupt(signum, _frame):
+        _received["signal"] = signum
+        raise KeyboardInterrupt
+
+    _received["signal"] = None
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def was_interrupted(result: dg.ExecuteInProcessResult) -> bool:
+    return _received["signal"] is not None or any(
+        event.is_step_failure and event.step_failure_data.error_source == ErrorSource.INTERRUPT
+        for event in result.all_events)
+
+
+def raise_if_interrupted(result: dg.ExecuteInProcessResult) -> None:
+    if was_interrupted(result):
+        raise KeyboardInterrupt(f"run {result.run_id} interrupted")

@@ -1,0 +1,115 @@
+"""Tables, chart and text the page shows. Numbers stay numbers (the tables sort by them); user text is escaped."""
+
+import matplotlib
+
+matplotlib.use("Agg")  # the page renders charts to images; no display
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from usl_assets.leaderboards.commands import Leaderboard  # noqa: E402
+from usl_assets.page.inputs import as_text  # noqa: E402
+
+INTERVAL = "95% interval"
+EXTERNAL_NAMES = {
+    "lmarena_2025": "LMArena text (2025-12)",
+    "chatbot_arena_2024": "Chatbot Arena (2024-03-29)",
+    "alpaca_eval_2_lc": "AlpacaEval 2, length-controlled",
+}
+METHOD_MEANINGS = {
+    "usl_soft": "USL soft score (default): mean probability, from the calibrated reward difference, that the model's "
+                "response beats the reference model's",
+    "usl": "USL score: % of prompts where the model's response beats the reference model's (the paper's)",
+    "usl_lc": "Length-controlled USL score: the win probability at equal length (AlpacaEval 2's GLM on the CRM's "
+              "win probabilities)",
+    "bradley_terry": "Bradley–Terry rating on the Elo scale (every pair of models on every prompt)",
+    "mean_length": "ranking by mean response length: the baseline a leaderboard should beat",
+}
+
+
+def _interval(low: float, high: float) -> str:
+    return "—" if pd.isna(low) or pd.isna(high) else f"[{low:.1f}, {high:.1f}]"
+
+
+def default_table(board: Leaderboard) -> pd.DataFrame:
+    """Rank, model, score, its interval, prompts, then a column per scenario group (one decimal)."""
+    wide = board.wide
+    shown = pd.DataFrame({
+        "rank": wide["rank"].astype(int), "model": wide["model"], "score": wide["overall"].round(1),
+        INTERVAL: [_interval(lo, hi) for lo, hi in zip(wide["overall_low"], wide["overall_high"])],
+        "prompts": wide["n_prompts"].astype(int)})
+    for topic in board.topics:
+        shown[topic] = wide[topic].round(1)
+    return shown
+
+
+def rank_change(custom_rank: int, default_rank: float) -> str:
+    """How the custom ranking moves a model against the default one (▲ up, ▼ down)."""
+    if pd.isna(default_rank):
+        return "new"
+    moved = int(default_rank) - int(custom_rank)
+    return "=" if moved == 0 else (f"▲ {moved}" if moved > 0 else f"▼ {-moved}")
+
+
+def custom_table(board: Leaderboard, default_ranks: pd.DataFrame) -> pd.DataFrame:
+    """The paper's custom table (model, overall, a column per topic) with intervals and rank changes."""
+    wide = board.wide.merge(default_ranks.rename(columns={"rank": "default_rank"}), on="model", how="left")
+    shown = pd.DataFrame({
+        "rank": wide["rank"].astype(int),
+        "vs default": [rank_change(r, d) for r, d in zip(wide["rank"], wide["default_rank"])],
+        "model": wide["model"], "overall": wide["overall"].round(1),
+        f"overall {INTERVAL}": [_interval(lo, hi) for lo, hi in zip(wide["overall_low"], wide["overall_high"])]})
+    for topic in board.topics:
+        shown[topic] = wide[topic].round(1)
+        shown[f"{topic} {INTERVAL}"] = [_interval(lo, hi) for lo, hi in zip(wide[f"{topic}_low"],
+                                                                             wide[f"{topic}_high"])]
+    return shown
+
+
+def custom_header(board: Leaderboard, version: str, method: str, cached: bool, seconds: float) -> str:
+    """The line above the paper's table: version, number of examples and of models, and how it was answered."""
+    rewards = board.rewards
+    n_examples = int(rewards["prompt_id"].nunique()) if rewards is not None else 0
+    n_models = int(board.wide["model"].nunique())
+    how = "kept from an earlier request" if cached else f"scored and ranked in {seconds:.2f} s"
+    left_out = f" · {board.left_out} responses without a finite reward left out" if board.left_out else ""
+    return (f"**Version** CRM `{as_text(version)}` · **#Examples** {n_examples:,} · **#Models** {n_models} · "
+            f"ranked by {as_text(method)} · {how}{left_out}")
+
+
+def scores_chart(board: Leaderboard, title: str):
+    """Each model's overall score with its 95% interval, best at the top."""
+    overall = board.long[board.long["scenario"] == "all"].sort_values("score")
+    figure, axes = plt.subplots(figsize=(8, max(2.5, 0.32 * len(overall) + 1)))
+    low = (overall["score"] - overall["ci_low"]).clip(lower=0).to_numpy(float)
+    high = (overall["ci_high"] - overall["score"]).clip(lower=0).to_numpy(float)
+    positions = np.arange(len(overall))
+    axes.errorbar(overall["score"], positions, xerr=[low, high], fmt="o", color="#2563eb", ecolor="#93c5fd",
+                  elinewidth=3, capsize=3)
+    axes.set_yticks(positions, overall["model"], fontsize=8)
+    axes.set_xlabel("score (95% interval)")
+    axes.set_title(title, fontsize=10)
+    axes.grid(axis="x", alpha=0.3)
+    figure.tight_layout()
+    plt.close(figure)  # Gradio renders the figure itself; pyplot must not keep it
+    return figure
+
+
+def validity_markdown(validity: pd.DataFrame, pool: str) -> str:
+    """One line per (method, external ranking): the correlation and what it means."""
+    rows = validity[validity["pool"] == pool] if len(validity) else validity
+    if rows.empty:
+        return f"No external-validity figures for {as_text(pool)} in the published warehouse."
+    lines = ["**External validity**: how well this pool's default leaderboard agrees with rankings by people "
+             "(Spearman ρ and Kendall τ over the models both rank; 1 = same order, 0 = unrelated)."]
+    for row in rows.sort_values(["external_ranking", "method"]).itertuples():
+        external = EXTERNAL_NAMES.get(row.external_ranking, row.external_ranking)
+        meaning = METHOD_MEANINGS.get(row.method, row.method)
+        if pd.isna(row.spearman):
+            lines.append(f"- {as_text(external)} vs {as_text(row.method)}: not measured "
+                         f"({int(row.n_models)} models in common; at least 3 needed).")
+            continue
+        lines.append(f"- {as_text(external)} vs {as_text(row.method)}: ρ = {row.spearman:.2f}, τ = "
+                     f"{row.kendall:.2f} over {int(row.n_models)} models — {as_text(meaning)}.")
+    return "\n".join(lines)

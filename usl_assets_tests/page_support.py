@@ -1,0 +1,53 @@
+"""A small real published warehouse for the page tests: the leaderboard fixtures' upstream tables (real AlpacaEval
+and MT-Bench responses) through the real leaderboard assets, and a tiny factorized CRM (MiniLM, a couple of
+training steps) as USL_HOME's default checkpoint, so custom criteria are really scored."""
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from usl_assets.crm.scorer import write_default_architecture
+from usl_assets.resources import DataDir, UslHome, Warehouse
+from usl_assets_tests.test_leaderboards_assets import materialize_leaderboards
+from usl_assets_tests.test_leaderboards_fixtures import write_upstream
+from usl_assets_tests.test_scoring_support import train_tiny_crm
+
+
+def build_page_home(home: Path, data_root: Path) -> Path:
+    resources = {"data_dir": DataDir(path=str(data_root)), "usl_home": UslHome(path=str(home)),
+                 "warehouse": Warehouse(path=str(home / "warehouse.duckdb"))}
+    write_upstream(resources["warehouse"], data_root)
+    assert materialize_leaderboards(resources).success
+    train_tiny_crm(data_root, "minilm", "factorized", home / "models")
+    write_default_architecture(home / "models" / "crm", "factorized")
+    return home
+
+
+@pytest.fixture(scope="module")
+def page_home(tmp_path_factory, shared_data_dir):
+    """USL_HOME with a published warehouse and a default CRM; USL_HOME and USL_DATA_DIR point at it."""
+    home = build_page_home(tmp_path_factory.mktemp("page") / "usl_home", shared_data_dir)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("USL_HOME", str(home))
+        patch.setenv("USL_DATA_DIR", str(shared_data_dir))
+        yield home
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def page_url(page_home):
+    """The page served by `usl serve`'s launch() on a free port, for the module."""
+    from usl_assets.page.commands import launch
+
+    port = free_port()
+    app = launch(page_home / "published" / "warehouse.duckdb", page_home, port=port, block=False)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        app.close()

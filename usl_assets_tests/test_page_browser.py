@@ -1,0 +1,185 @@
+"""The page in a real headless Chromium (Debian's /usr/bin/chromium through Playwright; no browser download),
+served by `usl serve`'s launch() on a small real published warehouse.
+
+Screenshots of each tab go to docs/screenshots/ when USL_UPDATE_SCREENSHOTS=1, else to a temporary folder.
+"""
+
+import io
+import os
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pytest
+
+from usl_assets.cli import main
+from usl_assets_tests.page_support import page_home, page_url  # noqa: F401 - fixtures
+from usl_assets_tests.test_leaderboards_fixtures import ALPACA_MODELS, MT_BENCH_MODELS
+
+CHROMIUM = Path("/usr/bin/chromium")
+# Without the background-networking flags Chromium keeps calling home on a closed network.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SCREENSHOTS = Path(__file__).resolve().parents[1] / "docs" / "screenshots"
+CRITERIA = ["The answer comes first, in one short sentence.", "No bullet lists."]
+READ_TABLE = """id => {
+  const root = document.getElementById(id);
+  const headers = Array.from(root.querySelectorAll('th[role=columnheader]')).map(c => c.innerText.trim());
+  const rows = Array.from(root.querySelectorAll('[role=row].virtual-row')).map(
+    row => Array.from(row.querySelectorAll('[role=gridcell]')).map(c => c.innerText.trim()));
+  return {headers, rows};
+}"""
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (apt-get install chromium)")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser, page_url):
+    """A fresh tab on the page; every request it makes is recorded (the page must need nothing from outside)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    tab = context.new_page()
+    tab.requested = []
+    tab.on("request", lambda request: tab.requested.append(request.url))
+    tab.goto(page_url, wait_until="networkidle")
+    yield tab
+    context.close()
+
+
+@pytest.fixture(scope="module")
+def screenshot_dir(tmp_path_factory) -> Path:
+    if os.environ.get("USL_UPDATE_SCREENSHOTS") == "1":
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        return SCREENSHOTS
+    return tmp_path_factory.mktemp("screenshots")
+
+
+def read_table(tab, element_id: str) -> pd.DataFrame:
+    tab.wait_for_function("id => document.querySelectorAll(`#${id} [role=row].virtual-row`).length > 0",
+                          arg=element_id)
+    shown = tab.evaluate(READ_TABLE, element_id)
+    return pd.DataFrame(shown["rows"], columns=shown["headers"])
+
+
+def published_rankings(home: Path, pool: str, method: str = "usl") -> pd.DataFrame:
+    with duckdb.connect(str(home / "published" / "warehouse.duckdb"), read_only=True) as conn:
+        return conn.execute("SELECT scenario, model, score, ci_low, ci_high, rank, n_prompts FROM leaderboard.rankings "
+                            "WHERE pool = ? AND profile = 'default' AND method = ?", [pool, method]).df()
+
+
+def test_default_tab_shows_the_published_rankings(page, page_home, page_url, screenshot_dir):
+    table = read_table(page, "table-default").set_index("model")
+    rankings = published_rankings(page_home, "alpaca_eval")
+    overall = rankings[rankings["scenario"] == "all"].set_index("model")
+    assert set(table.index) == set(ALPACA_MODELS) == set(overall.index)
+    for model, row in overall.iterrows():
+        assert float(table.loc[model, "score"]) == pytest.approx(row["score"], abs=0.051)
+        assert int(table.loc[model, "rank"]) == row["rank"]
+        assert table.loc[model, "95% interval"] == f"[{row['ci_low']:.1f}, {row['ci_high']:.1f}]"
+    groups = rankings[rankings["scenario"].isin(table.columns)]
+    assert len(set(groups["scenario"])) >= 2  # a column per scenario group, each from the published rows
+    for row in groups.itertuples():
+        assert float(table.loc[row.model, row.scenario]) == pytest.approx(row.score, abs=0.051)
+    assert page.locator("#chart-default img, #chart-default svg, #chart-default canvas").count() > 0
+    assert "External validity" in page.locator("#validity").inner_text()
+    page.screenshot(path=str(screenshot_dir / "page_default.png"), full_page=True)
+    hosts = {url.split("/")[2] for url in page.requested if url.startswith("http")}
+    assert hosts == {page_url.split("/")[2]}  # no CDN, no fonts, no analytics: everything from the page itself
+
+
+def test_pool_and_method_switch_the_table(page, page_home):
+    page.locator("#method-default input").click()
+    page.get_by_role("option", name="bradley_terry").click()
+    page.wait_for_function("() => document.querySelector('#status-default').innerText.includes('bradley_terry')")
+    table = read_table(page, "table-default").set_index("model")
+    rankings = published_rankings(page_home, "alpaca_eval", "bradley_terry")
+    overall = rankings[rankings["scenario"] == "all"].set_index("model")["score"]
+    assert table["score"].astype(float).to_dict() == pytest.approx(overall.round(1).to_dict(), abs=0.051)
+
+
+def test_custom_tab_ranks_typed_criteria_as_usl_leaderboard_does(page, page_home, screenshot_dir, capsys):
+    page.get_by_role("tab", name="Customizable leaderboard").click()
+    page.locator("#groups").get_by_label("Code").check()
+    page.locator("#criteria textarea").fill("\n".join(CRITERIA))
+    page.locator("#run-custom").click()
+    page.wait_for_function("() => document.querySelector('#header-custom').innerText.includes('#Models')",
+                           timeout=240_000)
+    shown = read_table(page, "table-custom").set_index("model")
+    header = page.locator("#header-custom").inner_text()
+    assert "#Examples 30" in header and f"#Models {len(ALPACA_MODELS)}" in header
+    page.screenshot(path=str(screenshot_dir / "page_custom.png"), full_page=True)
+
+    argv = ["leaderboard", "--pool", "alpaca_eval", "--topic", "Code", "--format", "csv"]
+    assert main([*argv, *[part for line in CRITERIA for part in ("--criteria", line)]]) == 0
+    cli = pd.read_csv(io.StringIO(capsys.readouterr().out)).set_index("model")
+    assert set(shown.index) == set(cli.index) == set(ALPACA_MODELS)
+    for model, row in cli.iterrows():
+        assert int(shown.loc[model, "rank"]) == row["rank"]
+        assert float(shown.loc[model, "overall"]) == pytest.approx(row["overall"], abs=0.051)
+        assert float(shown.loc[model, "Code"]) == pytest.approx(row["Code"], abs=0.051)
+        low, high = map(float, shown.loc[model, "overall 95% interval"].strip("[]").split(", "))
+        assert (low, high) == pytest.approx((row["overall_low"], row["overall_high"]), abs=0.051)
+    default = published_rankings(page_home, "alpaca_eval")
+    default_rank = default[default["scenario"] == "all"].set_index("model")["rank"]
+    for model, row in shown.iterrows():
+        moved = int(default_rank[model]) - int(row["rank"])
+        assert row["vs default"] == ("=" if moved == 0 else f"▲ {moved}" if moved > 0 else f"▼ {-moved}")
+
+
+def test_criteria_with_markup_are_text_and_bad_input_is_a_message(page):
+    page.get_by_role("tab", name="Customizable leaderboard").click()
+    status = page.locator("#status-custom")
+    page.locator("#run-custom").click()  # empty criteria
+    page.wait_for_function("() => document.querySelector('#status-custom').innerText.includes('at least one')")
+    page.locator("#criteria textarea").fill("x" * 100_000)
+    page.locator("#run-custom").click()
+    page.wait_for_function("() => document.querySelector('#status-custom').innerText.includes('100,000')")
+    injected = "<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>" * 10
+    page.locator("#criteria textarea").fill(injected)
+    page.locator("#run-custom").click()
+    page.wait_for_function("() => document.querySelector('#status-custom').innerText.includes('at most 500')")
+    assert "Traceback" not in status.inner_text()
+    page.locator("#criteria textarea").fill("<b>Réponses brèves</b>, 简洁的回答 <script>window.pwned=3</script>")
+    page.locator("#run-custom").click()
+    page.wait_for_function("() => document.querySelector('#header-custom').innerText.includes('#Models')",
+                           timeout=240_000)
+    assert page.evaluate("window.pwned") is None and page.locator("#header-custom b, #status-custom img").count() == 0
+
+
+def test_unknown_pool_in_the_url_is_a_message(browser, page_url):
+    context = browser.new_context()
+    tab = context.new_page()
+    tab.goto(f"{page_url}/?pool=%3Cscript%3Enope&topics=astrology", wait_until="networkidle")
+    tab.wait_for_function("() => document.querySelector('#status-default').innerText.includes('unknown pool')")
+    text = tab.locator("#status-default").inner_text()
+    assert "<script>nope" in text and "unknown topic 'astrology'" in text
+    assert len(read_table(tab, "table-default")) == len(ALPACA_MODELS)  # the first pool is shown instead
+    context.close()
+
+
+def test_compare_tab_shows_both_responses_with_rewards(page, page_home, screenshot_dir):
+    page.get_by_role("tab", name="Compare two models").click()
+    page.locator("#pool-compare input").click()
+    page.get_by_role("option", name="mt_bench").click()
+    page.wait_for_function("() => document.querySelector('#model-a input').value === 'gpt-3.5-turbo'")
+    page.locator("#run-compare").click()
+    page.wait_for_function("() => document.querySelector('#reward-a').innerText.startsWith('reward')",
+                           timeout=240_000)
+    response_a = page.locator("#response-a textarea").input_value()
+    with duckdb.connect(str(page_home / "published" / "warehouse.duckdb"), read_only=True) as conn:
+        expected = conn.execute("SELECT response FROM responses.responses WHERE pool = 'mt_bench' AND model = ? "
+                                "ORDER BY TRY_CAST(prompt_id AS BIGINT) LIMIT 1", [sorted(MT_BENCH_MODELS)[0]]
+                                ).fetchone()[0]
+    assert response_a == expected
+    assert page.locator("#reward-b").inner_text().startswith("reward")
+    assert "wins" in page.locator("#verdict").inner_text() or "equal" in page.locator("#verdict").inner_text()
+    page.screenshot(path=str(screenshot_dir / "page_compare.png"), full_page=True)
