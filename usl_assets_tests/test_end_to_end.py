@@ -17,7 +17,7 @@ MODELS = ["alpaca_eval:gpt4_1106_preview", "alpaca_eval:Qwen1.5-72B-Chat", "alpa
 SMALL_SLICES = {
     "scenario_tagger": {"max_length": 48},
     "raw_alpaca_eval_judgments": {"max_prompts": 20},
-    "prompt_sample": {"per_scenario": 1},
+    "prompt_sample": {"per_scenario": 1, "full_pool": False},
     "rankings": {"usl_bootstrap_rounds": 50, "bt_bootstrap_rounds": 5},
 }
 

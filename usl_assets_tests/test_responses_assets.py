@@ -37,7 +37,7 @@ def env(usl_env, tagger, monkeypatch) -> dict:
     monkeypatch.setattr(pools, "load_scenario_tagger", lambda usl_home_root: tagger)
     result = dg.materialize(
         [pool_prompts, prompt_sample, prompts_unique_and_tagged, sample_covers_every_scenario], resources=usl_env,
-        run_config={"ops": {"prompt_sample": {"config": {"per_scenario": 2, "seed": 3}}}},
+        run_config={"ops": {"prompt_sample": {"config": {"per_scenario": 2, "full_pool": False, "seed": 3}}}},
     )
     assert result.success
     assert len(result.get_asset_check_evaluations()) == 2

@@ -58,7 +58,7 @@ def mirror_published(published: Path, checkpoint_id: str | None) -> duckdb.DuckD
     conn.execute("ATTACH ? AS pub (READ_ONLY)", [str(published)])
     try:
         conn.execute("CREATE TABLE responses.responses AS SELECT pool, prompt_id, model, prompt, response, "
-                     "scenario, scenario_group FROM pub.responses.responses")
+                     "scenario, scenario_group, length_chars FROM pub.responses.responses")
         if "responses.prompt_sample" in tables:
             conn.execute("CREATE TABLE responses.prompt_sample AS SELECT * FROM pub.responses.prompt_sample")
         if scoring.PROFILES_TABLE in tables:

@@ -45,8 +45,10 @@ def pool_prompts(
 
 
 class PromptSampleConfig(dg.Config):
-    per_scenario: int = 4  # prompts drawn per (pool, scenario) for scoring (embedded default; full_pool for all)
-    full_pool: bool = False  # true: every prompt is sampled
+    # Every prompt is scored by default (the linear CRM scores a whole pool in seconds); full_pool=False scores
+    # up to per_scenario prompts per (pool, scenario) instead, e.g. for the LoRA CRMs.
+    per_scenario: int = 4
+    full_pool: bool = True
     seed: int = 0
 
 
