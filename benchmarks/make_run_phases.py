@@ -1,7 +1,7 @@
 """Where `make run`'s time goes: each phase (Dagster run) of the last `usl run` and its slowest steps, with their
 share of the wall time, read from the run history of the Dagster instance in DAGSTER_HOME.
 
-    make run && DAGSTER_HOME=.usl/dagster .venv/bin/python benchmarks/make_run_phases.py [--runs 3] [--top 12]
+    make run && DAGSTER_HOME=$PWD/.usl/dagster .venv/bin/python benchmarks/make_run_phases.py [--runs 3] [--top 12]
 
 The figures are wall-clock seconds on this machine as it was during the run: quote them with the load.
 """
@@ -17,7 +17,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=12, help="steps to list")
     args = parser.parse_args()
     with dg.DagsterInstance.get() as instance:
-        records = instance.get_run_records(limit=args.runs)[::-1]
+        records = instance.get_run_records(limit=args.runs)[::-1]  # oldest first
         if not records:
             raise SystemExit("no runs in this instance: run `make run` first")
         spans = [(r.dagster_run.run_id, r.start_time or 0.0, r.end_time or 0.0) for r in records]
