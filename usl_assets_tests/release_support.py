@@ -39,6 +39,6 @@ def cli_env(usl_env, shared_data_dir, tmp_path, monkeypatch):
     assert dg.materialize([pool_prompts], resources=usl_env).success
     dagster_home = tmp_path / "dagster_home"
     dagster_home.mkdir()
-    (dagster_home / "dagster.yaml").write_text((REPO_ROOT / "dagster.yaml").read_text())
+    (dagster_home / "dagster.yaml").write_text((REPO_ROOT / "usl_assets" / "dagster.yaml").read_text())
     monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
     return usl_env

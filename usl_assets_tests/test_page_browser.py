@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from usl_assets.cli import main
+from usl_assets.leaderboards.ranking import DEFAULT_METHOD
 from usl_assets_tests.page_support import page_home, page_url  # noqa: F401 - fixtures
 from usl_assets_tests.test_leaderboards_fixtures import ALPACA_MODELS, MT_BENCH_MODELS
 
@@ -70,7 +71,7 @@ def read_table(tab, element_id: str) -> pd.DataFrame:
     return pd.DataFrame(shown["rows"], columns=shown["headers"])
 
 
-def published_rankings(home: Path, pool: str, method: str = "usl") -> pd.DataFrame:
+def published_rankings(home: Path, pool: str, method: str = DEFAULT_METHOD) -> pd.DataFrame:
     with duckdb.connect(str(home / "published" / "warehouse.duckdb"), read_only=True) as conn:
         return conn.execute("SELECT scenario, model, score, ci_low, ci_high, rank, n_prompts FROM leaderboard.rankings "
                             "WHERE pool = ? AND profile = 'default' AND method = ?", [pool, method]).df()

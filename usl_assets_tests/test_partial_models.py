@@ -7,8 +7,10 @@ from pathlib import Path
 
 import dagster as dg
 import duckdb
+import pandas as pd
 import pytest
 
+from usl_assets.leaderboards.ranking import METHODS
 from usl_assets.scoring.assets import criteria_profiles, response_rewards
 from usl_assets_tests.conftest import REPO_ROOT
 from usl_assets_tests.test_scoring_support import (  # noqa: F401  (fixtures)
@@ -52,14 +54,16 @@ def test_models_below_the_minimum_coverage_are_listed_with_the_reason_not_ranked
         assert dg.materialize([response_rewards], resources=env, instance=instance,
                               partition_key=f"alpaca_eval:{model}").success
     fast = {"ops": {"rankings": {"config": {"usl_bootstrap_rounds": 50, "bt_bootstrap_rounds": 5}}}}
-    assert dg.materialize([*sql_assets, reference_models, rankings], resources=env, run_config=fast).success
     warehouse = env["warehouse"]
+    checkpoints = warehouse.query("SELECT DISTINCT checkpoint_id FROM scoring.response_rewards")["checkpoint_id"]
+    warehouse.replace_table("crm.calibration", pd.DataFrame({"checkpoint_id": checkpoints, "temperature": 1.0}))
+    assert dg.materialize([*sql_assets, reference_models, rankings], resources=env, run_config=fast).success
     coverage = warehouse.query("SELECT model, scored_prompts, sampled_prompts, coverage FROM "
                                "leaderboard.model_coverage ORDER BY model").values.tolist()
     assert coverage == [["claude-2.1", 4, 4, 1.0], ["gpt4_1106_preview", 4, 4, 1.0], ["partial", 0, 4, 0.0],
                         ["sparse", 1, 4, 0.25], ["vicuna-13b", 4, 4, 1.0]]
     ranked = warehouse.query("SELECT DISTINCT method, model FROM leaderboard.rankings ORDER BY ALL")
-    assert sorted(set(ranked["model"])) == sorted(MODELS) and set(ranked["method"]) == {"usl", "bradley_terry"}
+    assert sorted(set(ranked["model"])) == sorted(MODELS) and set(ranked["method"]) == set(METHODS)
     unranked = warehouse.read_table("leaderboard.unranked_models")
     assert unranked[["model", "scored_prompts"]].values.tolist() == [["partial", 0], ["sparse", 1]]
     assert unranked["reason"].tolist()[1] == "rewards for 1 of the pool's 4 scored prompts (25%; ranking needs 90%)"
@@ -75,7 +79,7 @@ def test_models_below_the_minimum_coverage_are_listed_with_the_reason_not_ranked
     # materialization does), `usl status` and `usl leaderboard --criteria` read the published copy.
     dagster_home = Path(env["usl_home"].path).parent / "dagster_home"
     dagster_home.mkdir()
-    (dagster_home / "dagster.yaml").write_text((REPO_ROOT / "dagster.yaml").read_text())
+    (dagster_home / "dagster.yaml").write_text((REPO_ROOT / "usl_assets" / "dagster.yaml").read_text())
     monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
     holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
                                "print('held', flush=True); time.sleep(600)", warehouse.path], stdout=subprocess.PIPE)
