@@ -194,3 +194,18 @@ def test_a_preference_file_with_bad_lines_keeps_the_good_ones_and_says_why(tmp_p
     assert [p["criteria"] for p in pairs] == [("Be brief.",)]
     assert [q["line"] for q in quarantined] == [2, 3, 4]
     assert "human_winner" in quarantined[1]["reason"] and "model_a" in quarantined[2]["reason"]
+
+
+def test_backbone_identity_follows_the_weights_contents_not_only_their_size(tiny_encoder, tmp_path):
+    import shutil
+
+    from usl_assets.crm.backbones import folder_hash
+
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_encoder, copy)
+    assert folder_hash(copy) == folder_hash(tiny_encoder)
+    weights = next(copy.glob("*.safetensors"))
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF  # same size, one byte of a weight changed
+    weights.write_bytes(bytes(data))
+    assert folder_hash(copy) != folder_hash(tiny_encoder)

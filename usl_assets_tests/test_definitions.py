@@ -22,7 +22,7 @@ def test_every_asset_has_at_least_one_check():
 def test_assets_are_grouped_by_stage():
     graph = defs.resolve_asset_graph()
     groups = {graph.get(key).group_name for key in graph.get_all_asset_keys()}
-    assert groups <= EXPECTED_GROUPS, groups - EXPECTED_GROUPS
+    assert groups == EXPECTED_GROUPS, groups ^ EXPECTED_GROUPS
 
 
 def test_assets_use_only_the_known_pools():

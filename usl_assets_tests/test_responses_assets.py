@@ -208,4 +208,5 @@ def test_usl_add_model_loads_one_partition_and_bad_input_gets_one_line(env, shar
 def test_the_partitions_definition_is_the_shared_models_one():
     assert model_partitions.name == "models"
     assert model_responses.partitions_def == model_partitions
-    assert isinstance(model_responses.backfill_policy, dg.BackfillPolicy)
+    # one run over a range of partitions, not one run per partition
+    assert model_responses.backfill_policy == dg.BackfillPolicy.single_run()

@@ -9,6 +9,7 @@
 - any local Hugging Face folder.
 """
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -128,8 +129,20 @@ def check_decoder_pad(path: Path) -> None:
 
 
 def folder_hash(path: Path) -> str:
-    """A short, stable id of a model folder: its config plus the names and sizes of its weight files."""
+    """A short, stable id of a model folder: its config plus the names and contents of its weight files (two
+    different weights of the same size must never share a checkpoint id)."""
     digest = hashlib.sha256((path / "config.json").read_bytes())
     for weights in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")):
-        digest.update(f"{weights.name}:{weights.stat().st_size}".encode())
+        stat = weights.stat()
+        digest.update(f"{weights.name}:{file_digest(str(weights), stat.st_size, stat.st_mtime_ns)}".encode())
     return digest.hexdigest()[:10]
+
+
+@functools.lru_cache(maxsize=64)
+def file_digest(path: str, size: int, mtime_ns: int) -> str:
+    """sha256 of a file's bytes, read in 1 MiB chunks; remembered per (path, size, mtime) in this process."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
