@@ -13,6 +13,7 @@ import pandas as pd
 from usl_assets.crm import backbones, evaluate, scorer, train
 from usl_assets.crm.interface import ScoreItem
 from usl_assets.resources import WAREHOUSE_POOL, UslHome, Warehouse
+from usl_assets.settings import UslConfigError
 
 GROUP = "crm"
 TRAINING_POOL = "crm_training"  # one training at a time: two at once would only halve each one's budget
@@ -63,8 +64,6 @@ class CrmSettings(dg.ConfigurableResource):
         return self.backbone if architecture == "cross" else self.factorized_backbone
 
     def validate(self) -> None:
-        from usl_assets.settings import UslConfigError
-
         if self.architecture not in scorer.ARCHITECTURES:
             raise UslConfigError(f"crm_settings.architecture must be one of {', '.join(scorer.ARCHITECTURES)}, "
                                  f"not {self.architecture!r}")
@@ -181,7 +180,7 @@ def _finished_architectures(home: Path, default: str) -> list[str]:
         try:
             scorer.default_checkpoint(home, arch)
             found.append(arch)
-        except Exception:  # noqa: BLE001 - not trained in this deployment: not evaluated
+        except UslConfigError:  # not trained in this deployment: not evaluated
             if arch == default:
                 raise
     return found

@@ -541,16 +541,15 @@ def build_training_pairs(tagged: pd.DataFrame, scenario_criteria: pd.DataFrame, 
     pairs, excluded = prepare_pairs(tagged)
     if pairs.empty:
         return pd.DataFrame(columns=list(COLUMNS)), excluded
+    judge_config = judge_config or judge_pairs.JudgePairsConfig()
     is_judge = pairs["source"] == judge_pairs.JUDGE_SOURCE
     human = pairs[~is_judge].assign(with_properties=True)
     human["properties"] = measure_pairs(human)
     human["split"] = assign_splits(human, config)
     human["split"] = reroute_unmeasurable(human, config)
-    judged, judge_excluded = judge_pairs.judge_pairs(pairs[is_judge], judge_config or judge_pairs.JudgePairsConfig(),
-                                                     pool_texts or set(), unit_hash, prompt_key)
-    judged = judged.assign(properties=[{}] * len(judged)) if len(judged) else judged
+    judged, judge_excluded = judge_pairs.judge_pairs(pairs[is_judge], judge_config, pool_texts or set(), unit_hash,
+                                                     prompt_key)
     judged, leaked = _outside_human_tests(judged, human)
-    judge_config = judge_config or judge_pairs.JudgePairsConfig()
     pairs = pd.concat([human, _with_judge_properties(judged, config, judge_config.property_rate)], ignore_index=True)
     excluded = pd.concat([excluded, judge_excluded, leaked], ignore_index=True)
     extra_criteria = criteria_by_scenario(scenario_criteria)

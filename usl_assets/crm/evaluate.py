@@ -75,15 +75,15 @@ def length_rewards(pairs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 
 def per_pair_results(pairs: pd.DataFrame, variant: str, chosen: np.ndarray, rejected: np.ndarray) -> pd.DataFrame:
-    soft = pairs["soft_label"] if "soft_label" in pairs else pd.Series(1.0, index=pairs.index)
+    def column(name: str, default) -> pd.Series:  # pairs built before the judge source lack these columns
+        return pairs[name] if name in pairs else pd.Series(default, index=pairs.index)
+
     return pd.DataFrame({
         "pair_id": pairs["pair_id"].to_numpy(),
         "split": pairs["split"].to_numpy(),
-        "chosen_model": (pairs["chosen_model"] if "chosen_model" in pairs else pd.Series(None, index=pairs.index))
-        .to_numpy(dtype=object),
-        "rejected_model": (pairs["rejected_model"] if "rejected_model" in pairs
-                           else pd.Series(None, index=pairs.index)).to_numpy(dtype=object),
-        "soft_label": soft.fillna(1.0).to_numpy(dtype=float),
+        "chosen_model": column("chosen_model", None).to_numpy(dtype=object),
+        "rejected_model": column("rejected_model", None).to_numpy(dtype=object),
+        "soft_label": column("soft_label", 1.0).fillna(1.0).to_numpy(dtype=float),
         "scenario": pairs["scenario"].to_numpy(),
         "scenario_group": pairs["scenario_group"].to_numpy(),
         "chosen_is_longer": pairs["chosen_is_longer"].astype(bool).to_numpy(),

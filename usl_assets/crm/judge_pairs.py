@@ -111,15 +111,14 @@ def judge_pairs(judged: pd.DataFrame, config: JudgePairsConfig, pool_texts: set[
     model), with `soft_label` (P(reference preferred)) and `model_b_name`.
     """
     if judged.empty:
-        return judged.assign(split=[], label_kind=[], chosen_model=[], rejected_model=[]), _excluded(judged, "", "")
+        return judged.assign(split=[], label_kind=[]), _excluded(judged, "", "")
     judged = judged.reset_index(drop=True)
     in_pool = judged["response_b"].str.strip().isin(pool_texts)
     excluded = [_excluded(judged[in_pool], "text_in_pool", "the judged answer is also a response-pool answer")]
     judged = judged[~in_pool]
     models = sorted(judged["model_b_name"].dropna().unique())
     held = set(heldout_models(models, config, unit_hash))
-    heldout = judged[judged["model_b_name"].isin(held)].assign(
-        split=HELDOUT_SPLIT, label_kind="ai_judge", chosen_model=None, rejected_model=None)
+    heldout = judged[judged["model_b_name"].isin(held)].assign(split=HELDOUT_SPLIT, label_kind="ai_judge")
     train = judged[~judged["model_b_name"].isin(held)].copy()
     train["strength"] = _logit(1.0 - train["soft_label"].to_numpy(float), config.probability_clip)
     derived = []
@@ -142,8 +141,7 @@ def judge_pairs(judged: pd.DataFrame, config: JudgePairsConfig, pool_texts: set[
     pairs = pd.DataFrame(derived)
     if len(pairs):
         pairs = pairs.assign(split="train", label_kind="ai_judge")
-    heldout = heldout.assign(chosen_model=None, rejected_model=None)
-    return (pd.concat([pairs, heldout.drop(columns=["strength"], errors="ignore")], ignore_index=True),
+    return (pd.concat([pairs, heldout], ignore_index=True),
             pd.concat(excluded, ignore_index=True))
 
 
