@@ -19,13 +19,15 @@ from pathlib import Path
 
 import dagster as dg
 
+# The checkout's root: the tests' helpers (usl_assets_tests/taggers.py) are not part of the installed package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from usl_assets.partitions import model_partitions  # noqa: E402
 from usl_assets.resources import DataDir, UslHome, Warehouse  # noqa: E402
 from usl_assets.responses import inbox, pools  # noqa: E402
-from usl_assets.responses.assets import model_partitions, model_responses  # noqa: E402
+from usl_assets.responses.assets import model_responses  # noqa: E402
 from usl_assets.settings import data_dir  # noqa: E402
-from usl_assets_tests.test_responses_tagger import TfidfScenarioTagger  # noqa: E402
+from usl_assets_tests.taggers import TfidfScenarioTagger  # noqa: E402
 
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}

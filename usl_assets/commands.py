@@ -1,38 +1,17 @@
 """Project-wide subcommands: `usl status` (what is materialized, row counts) and `usl run` (the whole graph)."""
 
 import argparse
-import os
 import sys
-from pathlib import Path
 
 import dagster as dg
 
+from usl_assets.instance import open_instance
+from usl_assets.launch import add_verbose_flag
 from usl_assets.leaderboards.ranking import DEFAULT_METHOD
 from usl_assets.pipeline import OPTIONAL_TAG
 from usl_assets.recovery import recover_and_report
 from usl_assets.resources import Warehouse
-from usl_assets.settings import UslConfigError, data_dir, usl_home
-
-
-EMBEDDED_INSTANCE_YAML = Path(__file__).with_name("dagster.yaml")
-
-
-def dagster_home() -> Path:
-    """DAGSTER_HOME, or `$USL_HOME/dagster` when unset; a missing folder is created with the embedded default
-    instance (usl_assets/dagster.yaml: SQLite, one step at a time per pool). An existing dagster.yaml is kept."""
-    configured = os.environ.get("DAGSTER_HOME", "")
-    home = Path(configured).expanduser().resolve() if configured else usl_home() / "dagster"
-    if home.exists() and not home.is_dir():
-        raise UslConfigError(f"DAGSTER_HOME={home} is not a folder")
-    home.mkdir(parents=True, exist_ok=True)
-    if not (home / "dagster.yaml").exists():
-        (home / "dagster.yaml").write_text(EMBEDDED_INSTANCE_YAML.read_text())
-    return home
-
-
-def open_instance() -> dg.DagsterInstance:
-    """The Dagster instance of dagster_home()."""
-    return dg.DagsterInstance.from_config(str(dagster_home()))
+from usl_assets.settings import data_dir, usl_home
 
 
 def add_parsers(subparsers: argparse._SubParsersAction) -> None:
@@ -43,12 +22,6 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
                      help="also train the LoRA CRMs (factorized, cross) and convert SmolLM2: slow on CPU")
     add_verbose_flag(run)
     run.set_defaults(handler=run_everything)
-
-
-def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
-    # SUPPRESS: `usl --verbose run` (top-level flag) is not reset by the subcommand's default.
-    parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                        help="show Dagster's own log (INFO) besides the progress lines")
 
 
 def warehouse_tables(warehouse: Warehouse) -> list[tuple[str, str, int]]:

@@ -1,12 +1,20 @@
-"""Runs that the CLI executes in this process, recorded as runs of the code location `usl_assets`.
+"""Runs that the CLI executes in this process, recorded as runs of the code location `usl_assets`; how they stop
+on Ctrl-C / SIGTERM and what they print to the terminal.
 
 `JobDefinition.execute_in_process` creates its run without a code origin: the UI then shows it as a
 "manually launched" run of no location, leaves it off Overview → Timeline and warns on "Re-execute". Here the
 run is created with the origin the webserver gives runs of workspace.yaml's location (the same module, attribute
 and location name), then executed in this process exactly as `execute_in_process` does it: no daemon, no
 server, no subprocess, and resources may still be replaced (tests).
+
+The runs need Dagster's private API (`dagster._core`), imported here and in no other run code: Dagster has no
+public call that executes a run in this process under a code-location origin (its public launchers hand the run
+to a daemon, a gRPC server or a run worker process), and interrupted steps are told apart only by the private
+`ErrorSource`. The pins in pyproject.toml fix the Dagster release; usl_assets_tests/test_workspace.py checks
+against a real webserver that the runs still show under the location. On a Dagster upgrade, start here.
 """
 
+import argparse
 import os
 import signal
 import sys
@@ -22,7 +30,6 @@ from dagster._core.execution.context_creation_job import (
     PlanOrchestrationContextManager,
     orchestration_context_event_generator,
 )
-from dagster._core.events import DagsterEvent
 from dagster._core.execution.execute_in_process import merge_run_tags
 from dagster._core.execution.plan.objects import ErrorSource
 from dagster._core.origin import JobPythonOrigin
@@ -66,7 +73,7 @@ def execute_in_location(
     asset_selection: Sequence[dg.AssetKey] | None = None,
     partition_key: str | None = None,
     tags: Mapping[str, str] | None = None,
-    on_event: Callable[[DagsterEvent, int], None] | None = None,
+    on_event: Callable[[dg.DagsterEvent, int], None] | None = None,
 ) -> dg.ExecuteInProcessResult:
     """`job_def.execute_in_process(..., raise_on_error=False)`, with the run recorded under this location.
     `on_event(event, steps_in_plan)` sees each event as it happens (progress lines)."""
@@ -136,3 +143,15 @@ def was_interrupted(result: dg.ExecuteInProcessResult) -> bool:
 def raise_if_interrupted(result: dg.ExecuteInProcessResult) -> None:
     if was_interrupted(result):
         raise KeyboardInterrupt(f"run {result.run_id} interrupted")
+
+
+def console_log_config(verbose: bool) -> dict:
+    """The terminal shows progress lines and Dagster's warnings; `--verbose` adds its INFO log. Every event stays
+    in the run's event log in the UI either way."""
+    return {"loggers": {"console": {"config": {"log_level": "INFO" if verbose else "WARNING"}}}}
+
+
+def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
+    # SUPPRESS: `usl --verbose run` (top-level flag) is not reset by the subcommand's default.
+    parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="show Dagster's own log (INFO) besides the progress lines")

@@ -14,10 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import dagster as dg
-from dagster._core.events import DagsterEvent
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-from usl_assets.launch import execute_in_location, raise_if_interrupted
+from usl_assets.launch import console_log_config, execute_in_location, raise_if_interrupted
+from usl_assets.partitions import model_partitions, register_public_models
 
 
 @dataclass
@@ -30,6 +29,9 @@ class PhaseResult:
 
 
 OPTIONAL_TAG = "usl/optional"  # e.g. the LoRA CRMs: left out unless `include_optional`
+# Dagster's run tags for a run over a range of partitions (the assets' single-run backfill policy runs it once).
+PARTITION_RANGE_START_TAG = "dagster/asset_partition_range_start"
+PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 
 def plan_phases(graph, include_optional: bool = False) -> tuple[list[dg.AssetKey], list[dg.AssetKey],
@@ -58,7 +60,6 @@ def run_graph(
     """`op_config` maps an asset name to its config (e.g. smaller slices); each phase gets its own assets'.
     `only_partitions` limits the model partitions materialized (all public models are registered either way)."""
     from usl_assets.definitions import build_definitions
-    from usl_assets.responses.assets import register_public_models
 
     defs = build_definitions(resources)
     job = defs.resolve_implicit_global_asset_job_def()
@@ -70,7 +71,7 @@ def run_graph(
     registered = register_public_models(instance, data_root)
     log(f"registered {len(registered)} model partitions")
     for first, last, count in partition_ranges(instance, only_partitions):
-        range_tags = {ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last}
+        range_tags = {PARTITION_RANGE_START_TAG: first, PARTITION_RANGE_END_TAG: last}
         results.append(run("model partitions", partitioned, range_tags, partitions=count))
     if after:
         results.append(run("leaderboards", after, {}))
@@ -79,8 +80,6 @@ def run_graph(
 
 def partition_ranges(instance: dg.DagsterInstance, only: list[str] | None) -> list[tuple[str, str, int]]:
     """Contiguous runs of wanted keys, in the instance's partition order: (first, last, count) each."""
-    from usl_assets.responses.assets import model_partitions
-
     keys = instance.get_dynamic_partitions(model_partitions.name)
     wanted = set(keys if only is None else only)
     unknown = wanted - set(keys)
@@ -94,12 +93,6 @@ def partition_ranges(instance: dg.DagsterInstance, only: list[str] | None) -> li
             ranges.append((current[0], current[-1], len(current)))
             current = []
     return ranges
-
-
-def console_log_config(verbose: bool) -> dict:
-    """The terminal shows progress lines and Dagster's warnings; `--verbose` adds its INFO log. Every event stays
-    in the run's event log in the UI either way."""
-    return {"loggers": {"console": {"config": {"log_level": "INFO" if verbose else "WARNING"}}}}
 
 
 def _phase_config(op_config: dict | None, keys: list[dg.AssetKey], verbose: bool = False) -> dict:
@@ -116,7 +109,7 @@ class StepProgress:
     def __init__(self, log: Callable[[str], None]):
         self.log, self.started, self.done, self.total = log, time.perf_counter(), 0, 0
 
-    def __call__(self, event: DagsterEvent, total_steps: int) -> None:
+    def __call__(self, event: dg.DagsterEvent, total_steps: int) -> None:
         self.total = total_steps
         if event.is_step_success or event.is_step_failure:
             self.done += 1

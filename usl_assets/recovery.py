@@ -25,10 +25,9 @@ from dataclasses import dataclass
 
 import dagster as dg
 import psutil
-from dagster._core.events import DagsterEventType
-from dagster._core.storage.dagster_run import FINISHED_STATUSES
 
 IN_FLIGHT = [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.NOT_STARTED]
+FINISHED = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
 START_TIMEOUT_SECONDS = 180.0  # as Dagster's run monitoring default
 PID_START_SLACK_SECONDS = 2.0  # a process created this long after the run started cannot be the run's
 
@@ -48,7 +47,7 @@ class CleanedRun:
 def run_pids(instance: dg.DagsterInstance, run_id: str) -> list[int]:
     """Pids the run's engine events name (the processes that executed its steps)."""
     pids = []
-    for entry in instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT):
+    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
         data = entry.dagster_event.engine_event_data if entry.dagster_event else None
         value = data.metadata.get("pid") if data is not None and data.metadata else None
         if value is not None and str(value.value).isdigit():
@@ -103,7 +102,7 @@ def recover_dead_runs(instance: dg.DagsterInstance, start_timeout: float = START
         holders = storage.get_concurrency_run_ids() - {c.run_id for c in cleaned}
         if holders:
             for record in instance.get_run_records(filters=dg.RunsFilter(run_ids=list(holders),
-                                                                          statuses=list(FINISHED_STATUSES))):
+                                                                          statuses=FINISHED)):
                 run = record.dagster_run
                 _free_slots(instance, run.run_id)
                 cleaned.append(CleanedRun(run.run_id, run.job_name, run.status.value, "slots freed",

@@ -11,7 +11,7 @@ from usl_assets.resources import WAREHOUSE_POOL
 from usl_assets.responses import pools
 from usl_assets.responses.assets import pool_prompts
 from usl_assets_tests.conftest import REPO_ROOT
-from usl_assets_tests.test_responses_tagger import TfidfScenarioTagger
+from usl_assets_tests.taggers import TfidfScenarioTagger
 
 
 def table_counts(database: Path) -> dict[str, int]:

@@ -12,8 +12,7 @@ import dagster as dg
 import pytest
 
 from usl_assets.definitions import defs
-from usl_assets.launch import execute_in_location
-from usl_assets.pipeline import console_log_config
+from usl_assets.launch import console_log_config, execute_in_location
 from usl_assets_tests.conftest import REPO_ROOT
 
 

@@ -11,17 +11,16 @@ from usl_assets.responses.assets import (
     defs as responses_defs,
     every_prompt_answered_or_quarantined,
     model_inbox_sensor,
-    model_partitions,
     model_responses,
     pool_prompts,
     prompt_sample,
     prompts_unique_and_tagged,
-    register_public_models,
     responses_unique_per_prompt_and_model,
     sample_covers_every_scenario,
 )
+from usl_assets.partitions import model_partitions, register_public_models
 from usl_assets.resources import Warehouse
-from usl_assets_tests.test_responses_tagger import TfidfScenarioTagger
+from usl_assets_tests.taggers import TfidfScenarioTagger
 
 RESPONSE_CHECKS = [responses_unique_per_prompt_and_model, every_prompt_answered_or_quarantined]
 

@@ -6,7 +6,7 @@ import pytest
 
 from usl_assets.responses import inbox, pools
 from usl_assets.settings import UslConfigError
-from usl_assets_tests.test_responses_tagger import TfidfScenarioTagger
+from usl_assets_tests.taggers import TfidfScenarioTagger
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,11 @@ import dagster as dg
 import pytest
 
 from usl_assets.definitions import defs
-from usl_assets.launch import execute_in_location, location_origin
-from usl_assets.pipeline import console_log_config
+from usl_assets.launch import console_log_config, execute_in_location, location_origin
+from usl_assets.partitions import model_partitions
 from usl_assets.responses import pools
-from usl_assets.responses.assets import model_partitions
 from usl_assets_tests.conftest import REPO_ROOT
-from usl_assets_tests.test_responses_tagger import TfidfScenarioTagger
+from usl_assets_tests.taggers import TfidfScenarioTagger
 from usl_assets_tests.webserver import graphql, location_entry, running_webserver
 
 PARTITIONS = ["alpaca_eval:gemma-2b-it", "alpaca_eval:gemma-7b-it"]

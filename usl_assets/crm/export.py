@@ -17,7 +17,7 @@ import pandas as pd
 from usl_assets.crm import features as features_module
 from usl_assets.crm.evaluate import TEST_SPLITS, stable_rank
 from usl_assets.crm.model import CRITERIA_INTRO, SYSTEM_PREAMBLE
-from usl_assets.crm.scorer import _checkpoint_backbone, load_factorized_parts, load_merged_cross
+from usl_assets.crm.scorer import checkpoint_backbone, load_factorized_parts, load_merged_cross
 from usl_assets.crm.train import read_checkpoint_info
 
 FACTORIZED_LOADER = '''"""Load the exported factorized CRM with torch + transformers only (see docs/crm.md)."""
@@ -76,7 +76,7 @@ def load(folder):
 
 def export_cross(checkpoint_dir: Path, out_dir: Path) -> Path:
     info = read_checkpoint_info(checkpoint_dir)
-    model, tokenizer = load_merged_cross(checkpoint_dir, _checkpoint_backbone(info))
+    model, tokenizer = load_merged_cross(checkpoint_dir, checkpoint_backbone(info))
     out_dir.mkdir(parents=True, exist_ok=True)
     model.to("cpu").save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
@@ -95,7 +95,7 @@ def export_cross(checkpoint_dir: Path, out_dir: Path) -> Path:
 
 def export_factorized(checkpoint_dir: Path, out_dir: Path) -> Path:
     info = read_checkpoint_info(checkpoint_dir)
-    encoder, tokenizer, _ = load_factorized_parts(checkpoint_dir, _checkpoint_backbone(info))
+    encoder, tokenizer, _ = load_factorized_parts(checkpoint_dir, checkpoint_backbone(info))
     out_dir.mkdir(parents=True, exist_ok=True)
     encoder.to("cpu").save_pretrained(out_dir / "encoder")
     tokenizer.save_pretrained(out_dir / "encoder")

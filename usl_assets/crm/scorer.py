@@ -136,7 +136,7 @@ def load_scorer(checkpoint_dir: Path | str, length_only: bool = False):
     if not is_finished(folder):
         raise UslConfigError(f"{folder} is not a finished CRM checkpoint (no {CHECKPOINT_FILE})")
     info = read_checkpoint_info(folder)
-    backbone = _checkpoint_backbone(info)
+    backbone = checkpoint_backbone(info)
     if info["architecture"] == "linear":
         from usl_assets.crm.linear_crm import load_linear_scorer
 
@@ -149,7 +149,8 @@ def load_scorer(checkpoint_dir: Path | str, length_only: bool = False):
     return FactorizedScorer(encoder, tokenizer, head, max_length, info["checkpoint_id"])
 
 
-def _checkpoint_backbone(info: dict) -> Backbone:
+def checkpoint_backbone(info: dict) -> Backbone:
+    """The backbone a checkpoint's info (read_checkpoint_info) names; its folder must still exist."""
     described = info["backbone"]
     path = Path(described["path"])
     if not (path / "config.json").exists():

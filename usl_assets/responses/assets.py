@@ -1,17 +1,13 @@
 """Dagster wiring of the responses stage: the pools' prompts, the scoring sample, one partition per model, the
 inbox sensor. The logic lives in pools.py and inbox.py."""
 
-from pathlib import Path
-
 import dagster as dg
 
+from usl_assets.partitions import model_partitions
 from usl_assets.resources import WAREHOUSE_POOL, DataDir, UslHome, Warehouse
 from usl_assets.responses import inbox, pools
 
 GROUP = "responses"
-
-# One partition per (pool, model): key `<pool>:<model>` (pools.partition_key).
-model_partitions = dg.DynamicPartitionsDefinition(name="models")
 
 
 @dg.asset(
@@ -171,16 +167,6 @@ def every_prompt_answered_or_quarantined(warehouse: Warehouse) -> dg.AssetCheckR
         passed=missing.empty,
         metadata={"models_with_gaps": len(missing), "gaps": dg.MetadataValue.md(missing.head(20).to_markdown())},
     )
-
-
-def register_public_models(instance: dg.DagsterInstance, data_root: Path) -> list[str]:
-    """Adds a `models` partition for every public model file; returns all their keys."""
-    keys = pools.public_partition_keys(Path(data_root))
-    existing = set(instance.get_dynamic_partitions(model_partitions.name))
-    new = [key for key in keys if key not in existing]
-    if new:
-        instance.add_dynamic_partitions(model_partitions.name, new)
-    return keys
 
 
 def partition_run_selection(asset_graph) -> list[dg.AssetKey]:

@@ -8,13 +8,13 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 
-from usl_assets.commands import add_verbose_flag, open_instance
-from usl_assets.launch import execute_in_location, raise_if_interrupted
-from usl_assets.pipeline import console_log_config
+from usl_assets.instance import open_instance
+from usl_assets.launch import add_verbose_flag, console_log_config, execute_in_location, raise_if_interrupted
+from usl_assets.partitions import model_partitions
 from usl_assets.recovery import recover_and_report
 from usl_assets.resources import DataDir, UslHome, Warehouse
 from usl_assets.responses import inbox, pools
-from usl_assets.responses.assets import model_partitions, model_responses, partition_run_selection
+from usl_assets.responses.assets import model_responses, partition_run_selection
 from usl_assets.settings import UslConfigError
 
 

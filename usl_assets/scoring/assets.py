@@ -4,8 +4,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from usl_assets.partitions import model_partitions
 from usl_assets.resources import WAREHOUSE_POOL, DataDir, UslHome, Warehouse
-from usl_assets.responses.assets import model_partitions
 from usl_assets.responses.pools import split_partition_key
 from usl_assets.scoring import profiles as profile_logic
 from usl_assets.scoring import score
