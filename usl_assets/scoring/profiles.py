@@ -8,6 +8,7 @@ A profile is identified for caching by criteria_hash, a hash of its criteria lin
 """
 
 import hashlib
+import importlib.resources
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from usl_assets.preferences.criteria import criteria_texts, load_scenarios
 from usl_assets.settings import UslConfigError
 
 PROFILES_TABLE = "scoring.criteria_profiles"
-DEFAULT_PROFILES_FILE = Path(__file__).with_name("criteria_profiles.yaml")
+DEFAULT_PROFILES_FILE = importlib.resources.files("usl_assets.scoring") / "criteria_profiles.yaml"  # package data
 PROFILE_COLUMNS = ["profile", "kind", "scenario", "criteria", "criteria_hash"]
 MAX_CRITERIA = 20
 MAX_CRITERION_CHARS = 500
