@@ -8,7 +8,7 @@ import duckdb
 import pytest
 
 from usl_assets.resources import WAREHOUSE_POOL
-from usl_assets.responses import tables as response_tables
+from usl_assets.responses import pools, tables as response_tables
 from usl_assets.responses.assets import pool_prompts
 from usl_assets_tests.conftest import REPO_ROOT
 from usl_assets_tests.test_responses_tagger import TfidfScenarioTagger
