@@ -202,8 +202,10 @@ def crm_default_checkpoint_is_finished(context: dg.AssetCheckExecutionContext) -
     info = train.read_checkpoint_info(folder) if train.is_finished(folder) else {}
     problems = [problem for problem, bad in (
         (f"{folder} is not a finished checkpoint", not info),
-        (f"crm.json says architecture {info.get('architecture')!r}", info and info.get("architecture") != architecture),
-        (f"crm.json says checkpoint {info.get('checkpoint_id')!r}", info and info.get("checkpoint_id") != checkpoint_id),
+        (f"crm.json says architecture {info.get('architecture')!r}",
+         bool(info) and info.get("architecture") != architecture),
+        (f"crm.json says checkpoint {info.get('checkpoint_id')!r}",
+         bool(info) and info.get("checkpoint_id") != checkpoint_id),
     ) if bad]
     return dg.AssetCheckResult(passed=not problems, description="; ".join(problems) or "finished",
                                metadata={"architecture": architecture, "checkpoint_id": checkpoint_id})
@@ -360,8 +362,8 @@ crm_factorized_checkpoint_scores = _checkpoint_check("factorized")
 
 defs = dg.Definitions(
     assets=[crm_backbone_smollm2, crm_linear, crm_cross, crm_factorized, crm_default_checkpoint, crm_evaluation],
-    asset_checks=[crm_default_checkpoint_is_finished, crm_beats_length_on_criteria_reversed, crm_beats_no_criteria_on_criteria_reversed,
-                  crm_beats_length_on_human_heldout, crm_beats_length_on_pandalm_majority,
+    asset_checks=[crm_default_checkpoint_is_finished, crm_beats_length_on_criteria_reversed,
+                  crm_beats_no_criteria_on_criteria_reversed, crm_beats_length_on_human_heldout, crm_beats_length_on_pandalm_majority,
                   crm_beats_length_only_on_judge_heldout_models, smollm2_backbone_ready,
                   crm_linear_checkpoint_scores, crm_cross_checkpoint_scores, crm_factorized_checkpoint_scores],
     resources={"crm_settings": CrmSettings()},

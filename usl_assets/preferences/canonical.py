@@ -401,7 +401,8 @@ def write_typed_table(warehouse: Warehouse, table: str, frame: pd.DataFrame, typ
         for column, kind in types.items()
     ]
     with warehouse.transaction() as writer:
-        return writer.replace_table(table, as_json_lists(frame, types), select=f"SELECT {', '.join(selects)} FROM _frame")
+        return writer.replace_table(table, as_json_lists(frame, types),
+                                    select=f"SELECT {', '.join(selects)} FROM _frame")
 
 
 def _ident(column: str) -> str:
