@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from usl_assets.partitions import model_partitions  # noqa: E402
 from usl_assets.resources import DataDir, UslHome, Warehouse  # noqa: E402
 from usl_assets.responses import inbox, pools  # noqa: E402
+from usl_assets.responses import tables as response_tables  # noqa: E402
 from usl_assets.responses.assets import model_responses  # noqa: E402
 from usl_assets.settings import data_dir  # noqa: E402
 from usl_assets_tests.taggers import TfidfScenarioTagger  # noqa: E402
@@ -78,7 +79,7 @@ def main() -> None:
                      "warehouse": Warehouse(path=str(home / "warehouse.duckdb"))}
         warehouse = resources["warehouse"]
         tagged = pools.tag_prompts(pools.pool_prompts(data_root), TfidfScenarioTagger(data_root))
-        warehouse.replace_table(pools.PROMPTS_TABLE, tagged)
+        warehouse.replace_table(response_tables.PROMPTS_TABLE, tagged)
         instance = dg.DagsterInstance.ephemeral()
         keys = [k for k in pools.public_partition_keys(data_root) if k.startswith(args.pool + ":")]
         instance.add_dynamic_partitions(model_partitions.name, keys)

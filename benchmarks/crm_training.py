@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from usl_assets.crm.backbones import resolve_backbone
+from usl_assets.crm.backbones import convert_if_missing, resolve_backbone
 from usl_assets.crm.train import TrainConfig, train_crm
 from usl_assets.preferences.criteria import criteria_texts
 
@@ -50,6 +50,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         for run in args.runs.split(","):
             architecture, backbone_name = run.split(":", 1)
+            convert_if_missing(backbone_name, Path(scratch) / "backbones")
             backbone = resolve_backbone(backbone_name, Path(scratch) / "backbones")
             config = TrainConfig(architecture, max_length=args.max_length, max_steps=args.steps, max_minutes=60,
                                  batch_size=args.batch_size, checkpoint_every=max(args.steps, 1), head_epochs=20)

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from usl_assets.crm.backbones import resolve_backbone
+from usl_assets.crm.backbones import convert_if_missing, resolve_backbone
 from usl_assets.crm.interface import ScoreItem
 from usl_assets.crm.model import collate, encode_cross
 from usl_assets.crm.scorer import base_scorer, default_checkpoint, load_scorer
@@ -69,6 +69,7 @@ def throughput(args: argparse.Namespace, data_root: Path, home: Path) -> None:
     if args.checkpoint:
         scorer = load_scorer(args.checkpoint)
     else:
+        convert_if_missing(args.backbone, home / "models" / "backbones")
         scorer = base_scorer(args.backbone, home / "models" / "backbones", args.max_length, seed=0)
     if args.float32:
         scorer.model.float()

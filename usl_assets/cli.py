@@ -54,8 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usl: error: {error}", file=sys.stderr)
         return 2
     except duckdb.IOException as error:
-        print(f"usl: error: the warehouse is busy or unreadable ({str(error).splitlines()[0]}); "
-              "read the published copy, or retry when the running materialization ends", file=sys.stderr)
+        # Writes are short transactions and readers wait for them; what is left is a file held open by another
+        # process for longer (a DuckDB shell, a notebook) or a file that cannot be read.
+        print(f"usl: error: the warehouse cannot be opened ({str(error).splitlines()[0]}); close what holds it or "
+              "read the published copy", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         removed = remove_partial_files(usl_home())

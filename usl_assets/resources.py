@@ -14,6 +14,8 @@ import duckdb
 import pandas as pd
 
 from usl_assets import warehouse_docs
+from usl_assets.warehouse import Writer, split_table, transaction
+from usl_assets.warehouse import connect as connect_file
 from usl_assets.settings import UslConfigError, data_dir, usl_home
 
 # Every asset that writes the warehouse declares pool=WAREHOUSE_POOL; dagster.yaml limits each pool to one step.
@@ -58,10 +60,13 @@ class UslHome(dg.ConfigurableResource):
 class Warehouse(dg.ConfigurableResource):
     """The DuckDB warehouse, `$USL_HOME/warehouse.duckdb` unless `path` is set. One schema per stage.
 
-    Writers hold the file only inside `connect()`; analysts read the published copy (`publish()`).
+    Every write is one short `transaction()` (usl_assets/warehouse.py); reads hold the file only inside
+    `connect()`; analysts read the published copy (`publish()`). A file another process holds is waited for up
+    to `lock_wait_s`.
     """
 
     path: str = ""
+    lock_wait_s: float = 60.0
 
     def database_path(self) -> Path:
         return Path(self.path).expanduser().resolve() if self.path else usl_home() / "warehouse.duckdb"
@@ -73,27 +78,27 @@ class Warehouse(dg.ConfigurableResource):
     def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
         db = self.database_path()
         db.parent.mkdir(parents=True, exist_ok=True)
-        conn = duckdb.connect(str(db), read_only=read_only)
+        conn = connect_file(db, read_only, self.lock_wait_s)
         try:
             yield conn
         finally:
             conn.close()
 
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Writer]:
+        """One short write: commits at the end of the block, rolls back on any error."""
+        with self.connect() as conn, transaction(conn) as writer:
+            yield writer
+
     def replace_table(self, table: str, frame: pd.DataFrame, description: str = "") -> int:
         """Replace `schema.table` with `frame` (never keeps stale rows); returns the row count."""
-        schema, name = _split(table)
-        with self.connect() as conn:
-            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-            conn.register("_frame", frame)
-            conn.execute(f'CREATE OR REPLACE TABLE "{schema}"."{name}" AS SELECT * FROM _frame')
-            conn.unregister("_frame")
-            if description:
-                conn.execute(f"COMMENT ON TABLE \"{schema}\".\"{name}\" IS '{_quote(description)}'")
-            warehouse_docs.apply_comments(conn, [table])  # the described ones: warehouse_tables.yaml wins
+        with self.transaction() as writer:
+            writer.replace_table(table, frame, description=description)
+            warehouse_docs.apply_comments(writer.conn, [table])  # the described ones: warehouse_tables.yaml wins
         return len(frame)
 
     def read_table(self, table: str) -> pd.DataFrame:
-        schema, name = _split(table)
+        schema, name = split_table(table)
         return self.query(f'SELECT * FROM "{schema}"."{name}"')
 
     def query(self, sql: str, params: list | dict | None = None) -> pd.DataFrame:
@@ -101,7 +106,7 @@ class Warehouse(dg.ConfigurableResource):
             return conn.execute(sql, params or []).df()
 
     def table_exists(self, table: str) -> bool:
-        schema, name = _split(table)
+        schema, name = split_table(table)
         if not self.database_path().exists():
             return False
         found = self.query(
@@ -113,7 +118,7 @@ class Warehouse(dg.ConfigurableResource):
     def table_metadata(self, table: str) -> dict:
         """Row count and column schema (with warehouse_tables.yaml's descriptions) of a table, as Dagster metadata
         the UI renders; the same descriptions become the table's DuckDB comments."""
-        schema, name = _split(table)
+        schema, name = split_table(table)
         with self.connect() as conn:
             warehouse_docs.apply_comments(conn, [table])
             rows = conn.execute(f'SELECT count(*) FROM "{schema}"."{name}"').fetchone()[0]
@@ -143,17 +148,6 @@ class Warehouse(dg.ConfigurableResource):
         shutil.copyfile(self.database_path(), partial)
         partial.replace(target)
         return target
-
-
-def _split(table: str) -> tuple[str, str]:
-    schema, _, name = table.partition(".")
-    if not name or not schema.isidentifier() or not name.isidentifier():
-        raise ValueError(f"table names are schema.table identifiers, got {table!r}")
-    return schema, name
-
-
-def _quote(text: str) -> str:
-    return text.replace("'", "''")
 
 
 def default_resources() -> dict:

@@ -8,7 +8,7 @@ import duckdb
 import pytest
 
 from usl_assets.resources import WAREHOUSE_POOL
-from usl_assets.responses import pools
+from usl_assets.responses import pools, tables as response_tables
 from usl_assets.responses.assets import pool_prompts
 from usl_assets_tests.conftest import REPO_ROOT
 from usl_assets_tests.taggers import TfidfScenarioTagger
@@ -23,7 +23,7 @@ def table_counts(database: Path) -> dict[str, int]:
 def model_counts(database: Path, model: str) -> dict[str, int]:
     with duckdb.connect(str(database), read_only=True) as conn:
         return {table: conn.execute(f"SELECT count(*) FROM {table} WHERE model = ?", [model]).fetchone()[0]
-                for table in (pools.RESPONSES_TABLE, pools.QUARANTINE_TABLE)}
+                for table in (response_tables.RESPONSES_TABLE, response_tables.QUARANTINE_TABLE)}
 
 
 def slot_holders(instance: dg.DagsterInstance) -> set[str]:

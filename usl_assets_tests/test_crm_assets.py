@@ -6,8 +6,8 @@ import dagster as dg
 import pytest
 
 from usl_assets.crm.assets import (CrmSettings, crm_backbone_smollm2, crm_beats_length_on_criteria_reversed,
-                                   crm_beats_no_criteria_on_criteria_reversed, crm_cross, crm_evaluation,
-                                   crm_factorized, crm_linear)
+                                   crm_beats_no_criteria_on_criteria_reversed, crm_cross, crm_default_checkpoint,
+                                   crm_evaluation, crm_factorized, crm_linear)
 from usl_assets.crm import data
 from usl_assets.crm.scorer import default_checkpoint, load_scorer
 from usl_assets_tests.crm_data_inputs import scenario_criteria_frame, tagged_preferences_frame
@@ -29,8 +29,8 @@ def test_crm_assets_train_every_architecture_and_evaluate_them_against_the_basel
     usl_env["warehouse"].replace_table("crm.training_pairs", pairs)
     resources = {**usl_env, "crm_settings": tiny_settings(tiny_backbone, "minilm")}
     result = dg.materialize(
-        [crm_linear, crm_cross, crm_factorized, crm_evaluation, crm_beats_length_on_criteria_reversed,
-         crm_beats_no_criteria_on_criteria_reversed],
+        [crm_linear, crm_cross, crm_factorized, crm_default_checkpoint, crm_evaluation,
+         crm_beats_length_on_criteria_reversed, crm_beats_no_criteria_on_criteria_reversed],
         resources=resources,
     )
     assert result.success
@@ -89,7 +89,16 @@ def test_a_bad_architecture_setting_fails_with_one_clear_line(usl_env, shared_da
 def test_smollm2_converts_from_the_packaged_gguf_with_a_pad_token_of_its_own(usl_env):
     from transformers import AutoConfig, AutoTokenizer
 
+    from usl_assets.crm.backbones import resolve_backbone
+    from usl_assets.settings import UslConfigError
+
+    backbones_root = usl_env["usl_home"].models_dir() / "backbones"
+    # Only the asset converts: asking for the backbone before it is materialized is an error, not a conversion.
+    with pytest.raises(UslConfigError, match="materialize crm_backbone_smollm2 first"):
+        resolve_backbone("smollm2", backbones_root)
+    assert not backbones_root.exists() or not any(backbones_root.iterdir())
     result = dg.materialize([crm_backbone_smollm2], resources=usl_env)
+    assert resolve_backbone("smollm2", backbones_root).kind == "decoder"
     folder = result.asset_materializations_for_node("crm_backbone_smollm2")[0].metadata["path"].value
     tokenizer = AutoTokenizer.from_pretrained(folder)
     config = AutoConfig.from_pretrained(folder)

@@ -31,3 +31,15 @@ def test_assets_use_only_the_known_pools():
     for key in graph.get_all_asset_keys():
         node = graph.get(key)
         assert node.pools <= {"warehouse", "crm_training"}, (key, node.pools)
+
+
+def test_what_picks_the_scoring_checkpoint_and_the_backbone_is_in_the_lineage():
+    """Which checkpoint scores the pools (crm_default_checkpoint) and the converted SmolLM2 backbone are assets
+    that their users depend on, not files read behind Dagster's back."""
+    graph = defs.resolve_asset_graph()
+    parents = lambda name: {k.to_user_string() for k in graph.get(dg.AssetKey(name)).parent_keys}  # noqa: E731
+    assert "crm_default_checkpoint" in parents("response_rewards") and "crm_default_checkpoint" in parents(
+        "crm_evaluation")
+    assert {"crm_linear", "crm_factorized", "crm_cross"} <= parents("crm_default_checkpoint")
+    assert "crm_backbone_smollm2" in parents("crm_cross") and "crm_backbone_smollm2" in parents("crm_evaluation")
+

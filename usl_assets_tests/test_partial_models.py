@@ -14,7 +14,7 @@ from usl_assets.leaderboards.ranking import METHODS
 from usl_assets.scoring.assets import criteria_profiles, response_rewards
 from usl_assets_tests.conftest import REPO_ROOT
 from usl_assets_tests.test_scoring_support import (  # noqa: F401  (fixtures)
-    alpaca_responses, crm_models, install_crm, prompt_sample, write_upstream)
+    alpaca_responses, crm_models, install_crm, materialize_default_checkpoint, prompt_sample, write_upstream)
 
 MODELS = ["gpt4_1106_preview", "claude-2.1", "vicuna-13b"]
 
@@ -33,6 +33,7 @@ def partial_env(usl_env, shared_data_dir, crm_models):
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("models", [f"alpaca_eval:{m}" for m in MODELS + ["partial", "sparse"]])
     assert dg.materialize([criteria_profiles], resources=usl_env, instance=instance).success
+    materialize_default_checkpoint(usl_env, instance, "cross")
     return usl_env, instance
 
 

@@ -15,7 +15,7 @@ import dagster as dg
 
 from usl_assets import cli
 from usl_assets.recovery import recover_dead_runs
-from usl_assets.responses import pools
+from usl_assets.responses import pools, tables as response_tables
 from usl_assets_tests.release_support import cli_env, model_counts, slot_holders, table_counts  # noqa: F401
 
 JUNK_RECORDS = 600_000  # answers to no pool prompt: quarantined one by one, so the run lasts seconds
@@ -62,6 +62,6 @@ def test_sigkill_during_add_model_is_recovered_on_the_next_run(cli_env, shared_d
         assert recover_dead_runs(instance) == []  # nothing left to clean
     after = table_counts(database)
     added = model_counts(database, "k")
-    assert added == {pools.RESPONSES_TABLE: 805, pools.QUARANTINE_TABLE: JUNK_RECORDS}
+    assert added == {response_tables.RESPONSES_TABLE: 805, response_tables.QUARANTINE_TABLE: JUNK_RECORDS}
     assert after == {table: n + added.get(table, 0) for table, n in before.items()}
-    assert model_counts(database, "earlier-model") == {pools.RESPONSES_TABLE: 300, pools.QUARANTINE_TABLE: 505}
+    assert model_counts(database, "earlier-model") == {response_tables.RESPONSES_TABLE: 300, response_tables.QUARANTINE_TABLE: 505}

@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 
 from usl_assets import cli
-from usl_assets.responses import pools
+from usl_assets.responses import pools, tables as response_tables
 from usl_assets.responses.assets import model_inbox_sensor
 from usl_assets_tests.release_support import cli_env, model_counts, table_counts  # noqa: F401
 
@@ -52,16 +52,16 @@ def test_replacing_needs_replace_keeps_the_old_version_and_never_shrinks_the_ref
     assert add(shorter, "--model", "my-model", "--replace") == 0
     assert "replacing alpaca_eval:my-model" in capsys.readouterr().out
     after = table_counts(database)
-    assert model_counts(database, "my-model") == {pools.RESPONSES_TABLE: 30, pools.QUARANTINE_TABLE: 775}
+    assert model_counts(database, "my-model") == {response_tables.RESPONSES_TABLE: 30, response_tables.QUARANTINE_TABLE: 775}
     assert after["archive.responses"] == 40 and after["archive.response_quarantine"] == 765
     assert {t: n for t, n in after.items() if not t.startswith("archive.")} == {
-        **before, pools.RESPONSES_TABLE: before[pools.RESPONSES_TABLE] - 10,
-        pools.QUARANTINE_TABLE: before[pools.QUARANTINE_TABLE] + 10}
+        **before, response_tables.RESPONSES_TABLE: before[response_tables.RESPONSES_TABLE] - 10,
+        response_tables.QUARANTINE_TABLE: before[response_tables.QUARANTINE_TABLE] + 10}
     archived = list((home / "archive" / "alpaca_eval").iterdir())
     assert [p.name.split(".")[0] for p in archived] == ["my-model"]
     assert json.loads(archived[0].read_text()) == json.loads(mine.read_text())  # the old version, restorable
     assert add(full, "--replace") == 0  # the reference with as many answers: allowed
-    assert model_counts(database, "gpt4_1106_preview")[pools.RESPONSES_TABLE] == 805
+    assert model_counts(database, "gpt4_1106_preview")[response_tables.RESPONSES_TABLE] == 805
     assert table_counts(database)["archive.responses"] == 40  # it had no rows yet: nothing to archive
 
 

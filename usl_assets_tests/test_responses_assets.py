@@ -6,7 +6,7 @@ import dagster as dg
 import pytest
 
 from usl_assets import cli
-from usl_assets.responses import pools
+from usl_assets.responses import pools, sampling, tables as response_tables
 from usl_assets.responses.assets import (
     defs as responses_defs,
     every_prompt_answered_or_quarantined,
@@ -57,9 +57,9 @@ def test_prompts_and_sample_tables_follow_the_contract(env):
     assert list(sample.columns) == ["pool", "prompt_id", "scenario", "sampled", "sample_rule"]
     assert sample[sample["sampled"]].groupby(["pool", "scenario"]).size().max() == 2
     assert sample["sample_rule"].iloc[0] == "stratified: up to 2 prompts per (pool, scenario), seed 3"
-    assert pools.sample_gaps(warehouse) == {"prompts_not_listed": 0, "listed_twice": 0, "strata_without_sample": 0}
+    assert sampling.sample_gaps(warehouse) == {"prompts_not_listed": 0, "listed_twice": 0, "strata_without_sample": 0}
     warehouse.replace_table("responses.prompt_sample", sample[sample["prompt_id"] != sample["prompt_id"].iloc[0]])
-    assert pools.sample_gaps(warehouse)["prompts_not_listed"] == 1
+    assert sampling.sample_gaps(warehouse)["prompts_not_listed"] == 1
 
 
 def test_model_partitions_load_in_one_run_and_replace_only_their_rows(env, shared_data_dir):
@@ -100,8 +100,8 @@ def test_model_partitions_load_in_one_run_and_replace_only_their_rows(env, share
                      "(SELECT min(prompt_id) FROM quality.response_quarantine WHERE model = 'gemma-2b-it')")
         conn.execute("INSERT INTO responses.responses SELECT * FROM responses.responses WHERE model = 'llama-13b' "
                      "AND prompt_id = '81'")
-    assert pools.unaccounted_prompts(warehouse).values.tolist() == [["alpaca_eval", "gemma-2b-it", 1]]
-    assert pools.duplicate_responses(warehouse).values.tolist() == [["mt_bench", "81", "llama-13b", 2]]
+    assert response_tables.unaccounted_prompts(warehouse).values.tolist() == [["alpaca_eval", "gemma-2b-it", 1]]
+    assert response_tables.duplicate_responses(warehouse).values.tolist() == [["mt_bench", "81", "llama-13b", 2]]
 
 
 def test_a_file_that_does_not_parse_fails_the_partition_before_anything_is_written(env):
@@ -148,7 +148,7 @@ def test_inbox_sensor_adds_one_partition_and_runs_only_it(env, shared_data_dir):
     run = dg.materialize([model_responses, *RESPONSE_CHECKS], resources=env, instance=instance,
                          partition_key=result.run_requests[0].partition_key)
     assert run.success and all(c.passed for c in run.get_asset_check_evaluations())
-    assert pools.partition_summary(env["warehouse"], "alpaca_eval", "my-new-model") == {
+    assert response_tables.partition_summary(env["warehouse"], "alpaca_eval", "my-new-model") == {
         "responses": 40, "mean_chars": pytest.approx(sum(len(r["output"]) for r in records) / 40),
         "quarantined": {"missing_response": 765}}
     # Nothing left to do on the next tick.

@@ -4,7 +4,7 @@ import json
 import pandas as pd
 import pytest
 
-from usl_assets.responses import inbox, pools
+from usl_assets.responses import inbox, pools, sampling
 from usl_assets.settings import UslConfigError
 from usl_assets_tests.taggers import TfidfScenarioTagger
 
@@ -92,17 +92,17 @@ def test_a_file_that_does_not_parse_is_refused_whole(tagged_prompts, tmp_path):
 
 
 def test_stratified_sample_caps_each_scenario_is_seeded_and_full_pool_is_one_switch(tagged_prompts):
-    rule = pools.SampleRule(per_scenario=3, seed=7)
-    sample = pools.stratified_sample(tagged_prompts, rule)
+    rule = sampling.SampleRule(per_scenario=3, seed=7)
+    sample = sampling.stratified_sample(tagged_prompts, rule)
     assert len(sample) == len(tagged_prompts)
     per_scenario = sample[sample["sampled"]].groupby(["pool", "scenario"]).size()
     available = tagged_prompts.groupby(["pool", "scenario"]).size()
     assert (per_scenario == available.clip(upper=3)).all()
-    assert sample.equals(pools.stratified_sample(tagged_prompts.sample(frac=1, random_state=1), rule))
+    assert sample.equals(sampling.stratified_sample(tagged_prompts.sample(frac=1, random_state=1), rule))
     assert set(sample["sample_rule"]) == {rule.describe()}
-    assert pools.stratified_sample(tagged_prompts, pools.SampleRule(full_pool=True))["sampled"].all()
+    assert sampling.stratified_sample(tagged_prompts, sampling.SampleRule(full_pool=True))["sampled"].all()
     with pytest.raises(UslConfigError, match="per_scenario"):
-        pools.stratified_sample(tagged_prompts, pools.SampleRule(per_scenario=0))
+        sampling.stratified_sample(tagged_prompts, sampling.SampleRule(per_scenario=0))
 
 
 def test_inbox_validation_names_the_model_and_refuses_files_it_cannot_use(shared_data_dir, tmp_path):

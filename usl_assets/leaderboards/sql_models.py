@@ -145,10 +145,8 @@ def missing_tables(warehouse: Warehouse, tables: tuple[str, ...]) -> list[str]:
 
 def run_model(warehouse: Warehouse, model: SqlModel) -> int:
     """CREATE OR REPLACE the model's table from its SELECT; returns the row count."""
-    with warehouse.connect() as conn:
-        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{SCHEMA}"')
-        conn.execute(f'CREATE OR REPLACE TABLE "{SCHEMA}"."{model.name}" AS {model.sql}')
-        return conn.execute(f'SELECT count(*) FROM "{SCHEMA}"."{model.name}"').fetchone()[0]
+    with warehouse.transaction() as writer:
+        return writer.replace_table(f"{SCHEMA}.{model.name}", select=model.sql)
 
 
 def warehouse_schema(warehouse: Warehouse, tables: tuple[str, ...]) -> dict:

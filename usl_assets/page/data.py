@@ -21,6 +21,8 @@ import pandas as pd
 
 from usl_assets.leaderboards import ranking
 from usl_assets.leaderboards.commands import Leaderboard, build_leaderboard, pool_topics, read_published
+from usl_assets.responses.pools import content_hash
+from usl_assets.scoring import cache
 from usl_assets.scoring import score as scoring
 from usl_assets.scoring.profiles import criteria_hash, normalize_criteria
 from usl_assets.settings import UslConfigError
@@ -54,7 +56,7 @@ def mirror_published(published: Path, checkpoint_id: str | None) -> duckdb.DuckD
         raise UslConfigError(f"{published} has no responses.responses: materialize the pipeline first (usl run)")
     conn = duckdb.connect(":memory:")
     conn.execute("CREATE SCHEMA responses")
-    scoring.ensure_tables(conn, [scoring.CACHE_TABLE, scoring.EMBEDDINGS_TABLE, scoring.PROFILES_TABLE])
+    cache.ensure_tables(conn, [cache.CACHE, cache.EMBEDDINGS, scoring.PROFILES])
     conn.execute("ATTACH ? AS pub (READ_ONLY)", [str(published)])
     try:
         conn.execute("CREATE TABLE responses.responses AS SELECT pool, prompt_id, model, prompt, response, "
@@ -64,7 +66,7 @@ def mirror_published(published: Path, checkpoint_id: str | None) -> duckdb.DuckD
         if scoring.PROFILES_TABLE in tables:
             conn.execute(f"INSERT INTO {scoring.PROFILES_TABLE} SELECT profile, kind, scenario, criteria, "
                          f"criteria_hash FROM pub.{scoring.PROFILES_TABLE}")
-        for table in (scoring.CACHE_TABLE, scoring.EMBEDDINGS_TABLE):
+        for table in (cache.CACHE_TABLE, cache.EMBEDDINGS_TABLE):
             if checkpoint_id and table in tables:
                 conn.execute(f"INSERT INTO {table} SELECT * FROM pub.{table} WHERE checkpoint_id = ?",
                              [checkpoint_id])
@@ -203,12 +205,12 @@ class PageData:
                 raise UslConfigError(f"scenario {scenario} has no default criteria: type criteria of yours")
             criteria = list(found[0][0])
         criteria = list(normalize_criteria(criteria))
-        rows = rows.assign(input_hash=[scoring.input_hash(p, r) for p, r in zip(rows["prompt"], rows["response"])],
+        rows = rows.assign(input_hash=[content_hash(p, r) for p, r in zip(rows["prompt"], rows["response"])],
                            criteria_hash=criteria_hash(criteria), criteria=[list(criteria)] * len(rows))
         with self._scoring_lock:
             cursor = self._db.cursor()
             try:
-                rewards, _ = scoring.rewards_for(cursor, self.scorer, rows)
+                rewards, _ = cache.rewards_for(cursor, self.scorer, rows)
             finally:
                 cursor.close()
         scored = rows.merge(rewards, on=["criteria_hash", "input_hash"], how="left")

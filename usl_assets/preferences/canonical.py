@@ -395,18 +395,14 @@ def _plain_value(value: object) -> object:
 
 def write_typed_table(warehouse: Warehouse, table: str, frame: pd.DataFrame, types: dict[str, str]) -> int:
     """Replace `table` with `frame` (plain Python values or what DuckDB returned), each column cast to its type."""
-    schema, name = table.split(".")
     selects = [
         f"from_json({_ident(column)}, '{_JSON_SHAPES[kind]}') AS {_ident(column)}" if kind in _JSON_SHAPES
         else f"CAST({_ident(column)} AS {kind}) AS {_ident(column)}"
         for column, kind in types.items()
     ]
-    with warehouse.connect() as conn:
-        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-        conn.register("_typed_frame", as_json_lists(frame, types))
-        conn.execute(f'CREATE OR REPLACE TABLE "{schema}"."{name}" AS SELECT {", ".join(selects)} FROM _typed_frame')
-        conn.unregister("_typed_frame")
-    return len(frame)
+    with warehouse.transaction() as writer:
+        return writer.replace_table(table, as_json_lists(frame, types),
+                                    select=f"SELECT {', '.join(selects)} FROM _frame")
 
 
 def _ident(column: str) -> str:

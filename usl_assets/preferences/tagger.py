@@ -35,6 +35,7 @@ from usl_assets.embeddings import Progress, SentenceEncoder, encode_cached
 from usl_assets.preferences.criteria import Scenarios
 from usl_assets.resources import Warehouse
 from usl_assets.settings import UslConfigError
+from usl_assets.warehouse import quoted
 
 log = logging.getLogger(__name__)
 
@@ -331,17 +332,11 @@ def write_tagged_preferences(warehouse: Warehouse, tags: pd.DataFrame, source_ta
     """Replace `table` with `source_table` plus the tags (scenario and criteria replaced), joined on idx."""
     frame = tags.assign(a_criteria=[json.dumps(c) for c in tags["a_criteria"]],
                         b_criteria=[json.dumps(c) for c in tags["b_criteria"]])
-    schema, name = table.split(".")
-    with warehouse.connect() as conn:
-        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-        conn.register("_tags", frame)
-        conn.execute(f"""
-            CREATE OR REPLACE TABLE {schema}.{name} AS
+    with warehouse.transaction() as writer:
+        return writer.replace_table(table, frame=None, frames={"_tags": frame}, select=f"""
             SELECT p.* REPLACE (t.scenario AS scenario,
                                 from_json(t.a_criteria, '["VARCHAR"]') AS a_criteria,
                                 from_json(t.b_criteria, '["VARCHAR"]') AS b_criteria),
                    t.scenario_group, t.scenario_origin, CAST(t.tagger_confidence AS DOUBLE) AS tagger_confidence
-            FROM {source_table} AS p JOIN _tags AS t USING (idx)
+            FROM {quoted(source_table)} AS p JOIN _tags AS t USING (idx)
             ORDER BY p.idx""")
-        conn.unregister("_tags")
-        return conn.execute(f"SELECT count(*) FROM {schema}.{name}").fetchone()[0]

@@ -5,7 +5,7 @@ import dagster as dg
 
 from usl_assets.partitions import model_partitions
 from usl_assets.resources import WAREHOUSE_POOL, DataDir, UslHome, Warehouse
-from usl_assets.responses import inbox, pools
+from usl_assets.responses import inbox, pools, sampling, tables as response_tables
 
 GROUP = "responses"
 
@@ -23,11 +23,11 @@ def pool_prompts(
     prompts = pools.pool_prompts(data_dir.root())
     context.log.info(f"tagging {len(prompts)} prompts with the scenario tagger")
     tagged = pools.tag_prompts(prompts, pools.load_scenario_tagger(usl_home.root()))
-    warehouse.replace_table(pools.PROMPTS_TABLE, tagged, "The pools' prompts with their tagged scenario")
+    warehouse.replace_table(response_tables.PROMPTS_TABLE, tagged, "The pools' prompts with their tagged scenario")
     per_pool = tagged.groupby("pool").size()
     return dg.MaterializeResult(
         metadata={
-            **warehouse.table_metadata(pools.PROMPTS_TABLE),
+            **warehouse.table_metadata(response_tables.PROMPTS_TABLE),
             **{f"prompts_{pool}": dg.MetadataValue.int(int(n)) for pool, n in per_pool.items()},
             "scenarios": dg.MetadataValue.int(int(tagged["scenario"].nunique())),
             "mean_tagger_confidence": dg.MetadataValue.float(float(tagged["tagger_confidence"].mean())),
@@ -58,14 +58,14 @@ class PromptSampleConfig(dg.Config):
 def prompt_sample(
     context: dg.AssetExecutionContext, config: PromptSampleConfig, warehouse: Warehouse
 ) -> dg.MaterializeResult:
-    rule = pools.SampleRule(per_scenario=config.per_scenario, full_pool=config.full_pool, seed=config.seed)
-    sample = pools.stratified_sample(warehouse.read_table(pools.PROMPTS_TABLE), rule)
-    warehouse.replace_table(pools.SAMPLE_TABLE, sample, f"Prompts scored: {rule.describe()}")
+    rule = sampling.SampleRule(per_scenario=config.per_scenario, full_pool=config.full_pool, seed=config.seed)
+    sample = sampling.stratified_sample(warehouse.read_table(response_tables.PROMPTS_TABLE), rule)
+    warehouse.replace_table(response_tables.SAMPLE_TABLE, sample, f"Prompts scored: {rule.describe()}")
     sampled = sample[sample["sampled"]].groupby("pool").size()
     context.log.info(f"{rule.describe()}: {int(sample['sampled'].sum())} of {len(sample)} prompts sampled")
     return dg.MaterializeResult(
         metadata={
-            **warehouse.table_metadata(pools.SAMPLE_TABLE),
+            **warehouse.table_metadata(response_tables.SAMPLE_TABLE),
             "sample_rule": dg.MetadataValue.text(rule.describe()),
             **{f"sampled_{pool}": dg.MetadataValue.int(int(n)) for pool, n in sampled.items()},
         }
@@ -84,9 +84,9 @@ def prompt_sample(
 def model_responses(
     context: dg.AssetExecutionContext, data_dir: DataDir, usl_home: UslHome, warehouse: Warehouse
 ) -> dg.MaterializeResult:
-    if not warehouse.table_exists(pools.PROMPTS_TABLE):
-        raise dg.Failure(f"{pools.PROMPTS_TABLE} is missing: materialize pool_prompts first")
-    prompts = warehouse.read_table(pools.PROMPTS_TABLE)
+    if not warehouse.table_exists(response_tables.PROMPTS_TABLE):
+        raise dg.Failure(f"{response_tables.PROMPTS_TABLE} is missing: materialize pool_prompts first")
+    prompts = warehouse.read_table(response_tables.PROMPTS_TABLE)
     loaded = []
     # Every file is read and checked before anything is written.
     for key in context.partition_keys:
@@ -97,13 +97,13 @@ def model_responses(
         except pools.ResponseFileError as error:
             raise dg.Failure(f"partition {key}: {error}; nothing was written") from error
         context.log.info(f"{key}: {len(loaded[-1].responses)} responses, {len(loaded[-1].quarantine)} quarantined")
-    pools.replace_model_rows(warehouse, loaded)
+    response_tables.replace_model_rows(warehouse, loaded)
     for item in loaded:
         context.add_asset_metadata(partition_metadata(item), partition_key=pools.partition_key(item.pool, item.model))
     # Shared by the run's partitions; each partition's own figures come from add_asset_metadata above.
     return dg.MaterializeResult(
         metadata={
-            **warehouse.table_metadata(pools.RESPONSES_TABLE),
+            **warehouse.table_metadata(response_tables.RESPONSES_TABLE),
             "partitions_in_run": dg.MetadataValue.int(len(loaded)),
         }
     )
@@ -145,13 +145,13 @@ def prompts_unique_and_tagged(warehouse: Warehouse) -> dg.AssetCheckResult:
     description="every prompt listed once, and every (pool, scenario) has at least one sampled prompt",
 )
 def sample_covers_every_scenario(warehouse: Warehouse) -> dg.AssetCheckResult:
-    found = pools.sample_gaps(warehouse)
+    found = sampling.sample_gaps(warehouse)
     return dg.AssetCheckResult(passed=bool(sum(found.values()) == 0), metadata=found)
 
 
 @dg.asset_check(asset=model_responses, blocking=True, description="one response per (pool, prompt_id, model)")
 def responses_unique_per_prompt_and_model(warehouse: Warehouse) -> dg.AssetCheckResult:
-    duplicates = pools.duplicate_responses(warehouse)
+    duplicates = response_tables.duplicate_responses(warehouse)
     return dg.AssetCheckResult(
         passed=duplicates.empty,
         metadata={"duplicate_keys": len(duplicates), "examples": dg.MetadataValue.md(duplicates.to_markdown())},
@@ -162,7 +162,7 @@ def responses_unique_per_prompt_and_model(warehouse: Warehouse) -> dg.AssetCheck
     asset=model_responses, blocking=True, description="every prompt of the pool is answered or quarantined"
 )
 def every_prompt_answered_or_quarantined(warehouse: Warehouse) -> dg.AssetCheckResult:
-    missing = pools.unaccounted_prompts(warehouse)
+    missing = response_tables.unaccounted_prompts(warehouse)
     return dg.AssetCheckResult(
         passed=missing.empty,
         metadata={"models_with_gaps": len(missing), "gaps": dg.MetadataValue.md(missing.head(20).to_markdown())},

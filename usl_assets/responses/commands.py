@@ -13,7 +13,7 @@ from usl_assets.launch import add_verbose_flag, console_log_config, execute_in_l
 from usl_assets.partitions import model_partitions
 from usl_assets.recovery import recover_and_report
 from usl_assets.resources import DataDir, UslHome, Warehouse
-from usl_assets.responses import inbox, pools
+from usl_assets.responses import inbox, pools, tables as response_tables
 from usl_assets.responses.assets import model_responses, partition_run_selection
 from usl_assets.settings import UslConfigError
 
@@ -66,7 +66,7 @@ def add_model(args: argparse.Namespace) -> int:
             print(f"added partition {key}")
         result = materialize_partition(instance, key, responses_only=args.responses_only,
                                        verbose=getattr(args, "verbose", False))
-    summary = pools.partition_summary(Warehouse(), pool, validated.model)
+    summary = response_tables.partition_summary(Warehouse(), pool, validated.model)
     print(f"run {result.run_id}: materialized {', '.join(k.to_user_string() for k in result_keys(result))} "
           f"for {key} in {time.perf_counter() - started:.1f}s")
     print(f"{summary['responses']} responses loaded (mean {summary['mean_chars']:.0f} chars); quarantined: "

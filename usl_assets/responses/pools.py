@@ -1,6 +1,8 @@
 """Response pools: many LLMs answering the same prompts (MT-Bench, AlpacaEval), read from their public formats.
 
-Plain functions over paths and DataFrames; usl_assets/responses/assets.py wires them into Dagster.
+Plain functions over paths and DataFrames; usl_assets/responses/assets.py wires them into Dagster. Here: names and
+partition keys, where each model's file lives, the two formats, the pools' prompts and one model's responses;
+the scoring sample is in sampling.py, the warehouse tables in tables.py.
 
 - A model is one partition of the DynamicPartitionsDefinition "models"; its key is `<pool>:<model>`
   (`partition_key`). Model names are `[A-Za-z0-9][A-Za-z0-9._+-]*` (at most 100 characters, no `..`), so a key
@@ -228,36 +230,6 @@ def tag_prompts(prompts: pd.DataFrame, tagger) -> pd.DataFrame:
     return tagged
 
 
-# ---------------------------------------------------------------- the scoring sample
-
-
-@dataclass(frozen=True)
-class SampleRule:
-    per_scenario: int = 16
-    full_pool: bool = False
-    seed: int = 0
-
-    def describe(self) -> str:
-        if self.full_pool:
-            return "full pool"
-        return f"stratified: up to {self.per_scenario} prompts per (pool, scenario), seed {self.seed}"
-
-
-def stratified_sample(prompts: pd.DataFrame, rule: SampleRule) -> pd.DataFrame:
-    """Every prompt with `sampled` true for up to `per_scenario` of each (pool, scenario), drawn with a seed."""
-    if not rule.full_pool and rule.per_scenario < 1:
-        raise UslConfigError(f"per_scenario must be at least 1 (got {rule.per_scenario}); use full_pool for all")
-    frame = prompts[["pool", "prompt_id", "scenario"]].sort_values(["pool", "prompt_id"], ignore_index=True)
-    if rule.full_pool:
-        chosen = frame.index
-    else:
-        shuffled = frame.sample(frac=1.0, random_state=rule.seed)
-        chosen = shuffled.groupby(["pool", "scenario"]).head(rule.per_scenario).index
-    frame["sampled"] = frame.index.isin(chosen)
-    frame["sample_rule"] = rule.describe()
-    return frame
-
-
 # ---------------------------------------------------------------- one model's responses
 
 
@@ -355,127 +327,3 @@ def _response_row(pool: str, model: str, prompt_id: str, turns: list, prompt: pd
 
 def _as_json(record) -> str:
     return json.dumps(record, ensure_ascii=False, default=str)[:20000]
-
-
-# ---------------------------------------------------------------- the warehouse tables
-
-PROMPTS_TABLE = "responses.prompts"
-SAMPLE_TABLE = "responses.prompt_sample"
-RESPONSES_TABLE = "responses.responses"
-QUARANTINE_TABLE = "quality.response_quarantine"
-
-# Partitioned tables outlive a run: each partition replaces only its own rows, so the table is created once.
-TABLE_DDL = {
-    RESPONSES_TABLE: """CREATE TABLE responses.responses (
-        pool VARCHAR, prompt_id VARCHAR, prompt VARCHAR, model VARCHAR, response VARCHAR, scenario VARCHAR,
-        scenario_group VARCHAR, category VARCHAR, length_chars BIGINT, response_hash VARCHAR,
-        conversation STRUCT(role VARCHAR, content VARCHAR)[])""",
-    QUARANTINE_TABLE: """CREATE TABLE quality.response_quarantine (
-        pool VARCHAR, model VARCHAR, prompt_id VARCHAR, rule VARCHAR, detail VARCHAR, record VARCHAR)""",
-}
-
-
-def replace_model_rows(warehouse, loaded: list[ModelResponses]) -> None:
-    """In one transaction: each loaded model's rows replace that model's earlier rows (and quarantine)."""
-    with warehouse.connect() as conn:
-        conn.execute("BEGIN TRANSACTION")
-        for table, ddl in TABLE_DDL.items():
-            schema, name = table.split(".")
-            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-            exists = conn.execute(
-                "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?",
-                [schema, name],
-            ).fetchone()[0]
-            if not exists:
-                conn.execute(ddl)
-        for item in loaded:
-            if _model_rows_change(conn, item):
-                for table, archive in ARCHIVE_TABLES.items():
-                    _archive_rows(conn, table, archive, item)
-            for table, frame in ((RESPONSES_TABLE, item.responses), (QUARANTINE_TABLE, item.quarantine)):
-                conn.execute(f"DELETE FROM {table} WHERE pool = ? AND model = ?", [item.pool, item.model])
-                if len(frame):
-                    conn.register("_rows", frame)
-                    conn.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _rows")
-                    conn.unregister("_rows")
-        conn.execute("COMMIT")
-
-
-# A model's rows replaced by different ones are kept here, stamped, so no earlier version is lost.
-ARCHIVE_TABLES = {RESPONSES_TABLE: "archive.responses", QUARANTINE_TABLE: "archive.response_quarantine"}
-
-
-def _model_rows_change(conn, item: ModelResponses) -> bool:
-    """True when the model has rows and the new ones differ from them (a rerun of the same file archives nothing)."""
-    old = conn.execute(f"SELECT prompt_id, response_hash FROM {RESPONSES_TABLE} WHERE pool = ? AND model = ?",
-                       [item.pool, item.model]).fetchall()
-    if not old:
-        return False
-    return set(old) != set(zip(item.responses["prompt_id"], item.responses["response_hash"]))
-
-
-def _archive_rows(conn, table: str, archive: str, item: ModelResponses) -> None:
-    conn.execute("CREATE SCHEMA IF NOT EXISTS archive")
-    select = f"SELECT *, now() AS archived_at, ? AS replaced_by FROM {table} WHERE pool = ? AND model = ?"
-    params = [str(item.source), item.pool, item.model]
-    exists = conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'archive' "
-                          "AND table_name = ?", [archive.split(".")[1]]).fetchone()[0]
-    if exists:
-        conn.execute(f"INSERT INTO {archive} {select}", params)
-    else:
-        conn.execute(f"CREATE TABLE {archive} AS {select}", params)
-
-
-def sample_gaps(warehouse) -> dict[str, int]:
-    """Prompts missing from or repeated in the sample, and (pool, scenario) strata with nothing sampled."""
-    found = warehouse.query(
-        """
-        SELECT
-            (SELECT count(*) FROM responses.prompts p ANTI JOIN responses.prompt_sample s USING (pool, prompt_id))
-                AS prompts_not_listed,
-            (SELECT count(*) - count(DISTINCT (pool, prompt_id)) FROM responses.prompt_sample) AS listed_twice,
-            (SELECT count(*) FROM (SELECT pool, scenario FROM responses.prompt_sample GROUP BY ALL
-                                   HAVING NOT bool_or(sampled))) AS strata_without_sample
-        """
-    ).iloc[0]
-    return {name: int(value) for name, value in found.items()}
-
-
-def duplicate_responses(warehouse) -> pd.DataFrame:
-    return warehouse.query(
-        "SELECT pool, prompt_id, model, count(*) AS n FROM responses.responses "
-        "GROUP BY ALL HAVING count(*) > 1 ORDER BY n DESC LIMIT 20"
-    )
-
-
-def unaccounted_prompts(warehouse) -> pd.DataFrame:
-    """(pool, model, missing) for every loaded model with prompts neither answered nor quarantined."""
-    return warehouse.query(
-        """
-        WITH models AS (
-            SELECT DISTINCT pool, model FROM responses.responses
-            UNION SELECT DISTINCT pool, model FROM quality.response_quarantine),
-        seen AS (
-            SELECT pool, model, prompt_id FROM responses.responses
-            UNION SELECT pool, model, prompt_id FROM quality.response_quarantine WHERE prompt_id IS NOT NULL)
-        SELECT m.pool, m.model, count(*) AS missing
-        FROM models m JOIN responses.prompts p ON p.pool = m.pool
-        LEFT JOIN seen s ON s.pool = m.pool AND s.model = m.model AND s.prompt_id = p.prompt_id
-        WHERE s.prompt_id IS NULL
-        GROUP BY ALL ORDER BY missing DESC
-        """
-    )
-
-
-def partition_summary(warehouse, pool: str, model: str) -> dict:
-    """Rows loaded and quarantined (by rule) for one model."""
-    loaded = warehouse.query(
-        "SELECT count(*) AS n, coalesce(avg(length_chars), 0) AS mean_chars FROM responses.responses "
-        "WHERE pool = ? AND model = ?", [pool, model],
-    ).iloc[0]
-    rules = warehouse.query(
-        "SELECT rule, count(*) AS n FROM quality.response_quarantine WHERE pool = ? AND model = ? "
-        "GROUP BY rule ORDER BY rule", [pool, model],
-    )
-    return {"responses": int(loaded["n"]), "mean_chars": float(loaded["mean_chars"]),
-            "quarantined": dict(zip(rules["rule"], rules["n"].astype(int)))}

@@ -5,6 +5,7 @@ from pathlib import Path
 import dagster as dg
 
 from usl_assets.partitions import model_partitions
+from usl_assets.crm.assets import crm_default_checkpoint, materialized_default_checkpoint
 from usl_assets.resources import WAREHOUSE_POOL, DataDir, UslHome, Warehouse
 from usl_assets.responses.pools import split_partition_key
 from usl_assets.scoring import profiles as profile_logic
@@ -12,7 +13,6 @@ from usl_assets.scoring import score
 from usl_assets.settings import UslConfigError
 
 GROUP = "scoring"
-CRM_CHECKPOINT_ASSETS = [dg.AssetKey("crm_cross"), dg.AssetKey("crm_factorized")]
 
 
 class ProfilesConfig(dg.Config):
@@ -20,7 +20,7 @@ class ProfilesConfig(dg.Config):
 
 
 class RewardsConfig(dg.Config):
-    checkpoint: str = ""  # a CRM checkpoint folder; empty = the CRM's current default checkpoint
+    checkpoint: str = ""  # a CRM checkpoint folder; empty = the one crm_default_checkpoint names
     batch_size: int = 16  # sequences per forward pass (responses per embedding batch for the factorized CRM)
     progress: bool = False  # tqdm bars, for a person watching a terminal
 
@@ -63,16 +63,6 @@ def criteria_profiles_complete(warehouse: Warehouse) -> dg.AssetCheckResult:
     )
 
 
-def default_checkpoint_id(usl_home_root: Path, configured: str, scorer) -> str:
-    """The id of the CRM's current default checkpoint ("none" when there is none yet)."""
-    if not configured:
-        return scorer.checkpoint_id
-    try:
-        return score.load_scorer(usl_home_root).checkpoint_id
-    except UslConfigError:
-        return "none"
-
-
 CHECKS = {
     "one_reward_per_response_profile": "Each sampled response has exactly one reward per profile (its scenario "
                                        "default and every named one), or a quarantine row saying why not.",
@@ -86,7 +76,7 @@ CHECKS = {
     pool=WAREHOUSE_POOL,
     partitions_def=model_partitions,
     backfill_policy=dg.BackfillPolicy.single_run(),
-    deps=[criteria_profiles, dg.AssetKey("model_responses"), dg.AssetKey("prompt_sample"), *CRM_CHECKPOINT_ASSETS],
+    deps=[criteria_profiles, dg.AssetKey("model_responses"), dg.AssetKey("prompt_sample"), crm_default_checkpoint],
     check_specs=[dg.AssetCheckSpec(name, asset="response_rewards", description=text,
                                    partitions_def=model_partitions) for name, text in CHECKS.items()],
     description="CRM reward of each sampled response under its scenario's default profile and every named "
@@ -96,22 +86,23 @@ def response_rewards(context: dg.AssetExecutionContext, config: RewardsConfig, u
                      warehouse: Warehouse):
     if config.batch_size < 1:
         raise UslConfigError(f"batch_size must be at least 1, got {config.batch_size}")
-    scorer = score.load_scorer(usl_home.root(), config.checkpoint)
-    default_id = default_checkpoint_id(usl_home.root(), config.checkpoint, scorer)
+    _, default_id, default_dir = materialized_default_checkpoint(context.instance)
+    scorer = score.load_scorer(usl_home.root(), config.checkpoint or str(default_dir))
     profiles = warehouse.query(f"SELECT * FROM {profile_logic.PROFILES_TABLE} WHERE kind <> 'adhoc'")
     partitions = [split_partition_key(key) for key in context.partition_keys]
     context.log.info(f"scoring {len(partitions)} model(s) under {len(profiles)} profiles with checkpoint "
                      f"{scorer.checkpoint_id} ({scorer.architecture}), batch size {config.batch_size}")
     results, total = [], score.ScoringStats()
-    with warehouse.connect() as conn:
-        for pool, model in partitions:
-            result = score.score_partition(conn, scorer, pool, model, profiles, config.batch_size,
-                                           config.progress, context.log.info)
-            context.log.info(f"{pool}/{model}: {result.responses} responses, {result.stats.scored} scored, "
-                             f"{result.stats.cache_hits} from cache, {result.quarantined} quarantined")
+    for pool, model in partitions:
+        # No connection is open while the CRM runs: score_partition reads, scores, then writes in one transaction.
+        result = score.score_partition(warehouse, scorer, pool, model, profiles, config.batch_size,
+                                       config.progress, context.log.info)
+        context.log.info(f"{pool}/{model}: {result.responses} responses, {result.stats.scored} scored, "
+                         f"{result.stats.cache_hits} from cache, {result.quarantined} quarantined")
+        with warehouse.connect() as conn:
             results.append((result, score.partition_figures(conn, pool, model),
                             score.expected_reward_count(conn, pool, model)))
-            total.add(result.stats)
+        total.add(result.stats)
     for result, figures, _ in results:
         context.add_asset_metadata(partition_figures(result, figures), partition_key=f"{result.pool}:{result.model}")
     # Shared by every partition of the run; each partition's own figures come from add_asset_metadata above.
