@@ -139,5 +139,6 @@ def test_usable_rows_follow_the_partitions_rules(env, shared_data_dir, tmp_path)
     path = tmp_path / "capped-model.json"
     path.write_text(json.dumps(records))
     validated = inbox.validate_model_file("alpaca_eval", path, shared_data_dir)
-    loaded = pools.load_model_responses("alpaca_eval", "capped-model", path, env["warehouse"].read_table(pools.PROMPTS_TABLE))
+    prompts = env["warehouse"].read_table(pools.PROMPTS_TABLE)
+    loaded = pools.load_model_responses("alpaca_eval", "capped-model", path, prompts)
     assert validated.usable == len(loaded.responses) == 2

@@ -25,6 +25,14 @@ SHA256_TAG = "usl/file_sha256"
 ADDED_MODEL_TAG = "usl/added_model"  # a run that loads one new model's partition (inbox or `usl add-model`)
 # The leaderboards follow this partition run (run-status sensor leaderboards_after_new_model).
 REBUILD_LEADERBOARDS_TAG = "usl/rebuild_leaderboards"
+# Runs the daemon launches use the multiprocess executor. By default it starts a fresh interpreter per step, each
+# importing torch and the code location again (15-40 s on 2 cores); a forkserver that imported them once forks
+# each step instead. The sensors' run requests carry this config (so may any run launched from the UI).
+FORKSERVER_EXECUTION = {"execution": {"config": {"multiprocess": {
+    "start_method": {"forkserver": {"preload_modules": ["usl_assets.definitions"]}}}}}}
+# Even forked, a step process rebuilds the job and its plan (~20 s per step on 2 busy cores). A run whose steps
+# all write the warehouse (the leaderboards) is serialized by the one-slot pool anyway: one process does it faster.
+IN_PROCESS_EXECUTION = {"execution": {"config": {"in_process": {}}}}
 
 
 class IntakeConfig(dg.Config):
@@ -51,7 +59,8 @@ def intake_inbox_file(context: dg.OpExecutionContext, config: IntakeConfig, usl_
                                                "partition": outcome.key or "none"})
 
 
-@dg.job(description="one inbox file: validated, stored under accepted/ or quarantined (model_inbox_sensor)")
+@dg.job(executor_def=dg.in_process_executor,
+        description="one inbox file: validated, stored under accepted/ or quarantined (model_inbox_sensor)")
 def inbox_intake_job():
     intake_inbox_file()
 
@@ -107,6 +116,7 @@ def model_accepted_sensor(context: dg.SensorEvaluationContext):
     new_keys = sorted({key for key, _ in accepted} - existing)
     selection = partition_run_selection(context.repository_def.asset_graph if context.repository_def else None)
     requests = [dg.RunRequest(run_key=f"add-model:{key}:{sha256[:16]}", partition_key=key, asset_selection=selection,
+                              run_config=FORKSERVER_EXECUTION,
                               tags={ADDED_MODEL_TAG: key, SHA256_TAG: sha256, REBUILD_LEADERBOARDS_TAG: "true"})
                 for key, sha256 in dict(accepted).items()]
     return dg.SensorResult(
