@@ -13,6 +13,7 @@ from usl_assets.preferences import assets as preferences_assets
 from usl_assets.preferences import tagging_assets as preferences_tagging_assets
 from usl_assets.resources import default_resources
 from usl_assets.responses import assets as responses_assets
+from usl_assets.responses import sensors as responses_sensors
 from usl_assets.scoring import assets as scoring_assets
 
 STAGE_MODULES = [
@@ -21,6 +22,7 @@ STAGE_MODULES = [
     crm_data_assets,
     crm_model_assets,
     responses_assets,
+    responses_sensors,
     scoring_assets,
     leaderboards_assets,
 ]

@@ -1,5 +1,6 @@
 """The shared deployment: Dagster's instance storage in a real PostgreSQL (deploy/dagster.postgres.yaml)."""
 
+import contextlib
 import shutil
 import uuid
 
@@ -21,26 +22,39 @@ def _admin(sql: str) -> None:
         conn.close()
 
 
-@pytest.fixture
-def postgres_instance(tmp_path, monkeypatch):
+@contextlib.contextmanager
+def throwaway_database(monkeypatch):
+    """A database of its own on the CI PostgreSQL (dropped afterwards), named in the USL_PG_* variables."""
     try:
         psycopg2.connect(dbname="postgres", connect_timeout=5, **PG).close()
     except psycopg2.OperationalError as error:
         pytest.fail(f"PostgreSQL at 127.0.0.1:5432 is required for this test: {error}")
     db_name = f"usl_test_{uuid.uuid4().hex[:10]}"
     _admin(f'CREATE DATABASE "{db_name}"')
-    for key, value in {"USL_PG_HOST": "127.0.0.1", "USL_PG_USER": "postgres", "USL_PG_PASSWORD": "",
-                       "USL_PG_DB": db_name}.items():
+    env = {"USL_PG_HOST": "127.0.0.1", "USL_PG_USER": "postgres", "USL_PG_PASSWORD": "", "USL_PG_DB": db_name}
+    for key, value in env.items():
         monkeypatch.setenv(key, value)
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(REPO_ROOT / "deploy" / "dagster.postgres.yaml", home / "dagster.yaml")
-    instance = dg.DagsterInstance.from_config(str(home))
     try:
-        yield instance
+        yield env
     finally:
-        instance.dispose()
         _admin(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
+
+
+def postgres_dagster_home(folder) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO_ROOT / "deploy" / "dagster.postgres.yaml", folder / "dagster.yaml")
+
+
+@pytest.fixture
+def postgres_instance(tmp_path, monkeypatch):
+    with throwaway_database(monkeypatch):
+        home = tmp_path / "dagster_home"
+        postgres_dagster_home(home)
+        instance = dg.DagsterInstance.from_config(str(home))
+        try:
+            yield instance
+        finally:
+            instance.dispose()
 
 
 def test_postgres_instance_records_a_real_materialization(postgres_instance, usl_env):

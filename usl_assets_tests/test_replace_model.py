@@ -1,15 +1,13 @@
 """Replacing a model (issue 10, case 2): `usl add-model` of a model that exists needs --replace, keeps the old
-version (archive/ file, archive.* rows), and never shrinks a pool's reference model; the inbox never replaces."""
+version (archive/ file, archive.* rows), and never shrinks a pool's reference model. The inbox never replaces:
+usl_assets_tests/test_responses_inbox.py."""
 
 import gzip
 import json
 from pathlib import Path
 
-import dagster as dg
-
 from usl_assets import cli
 from usl_assets.responses import pools, tables as response_tables
-from usl_assets.responses.assets import model_inbox_sensor
 from usl_assets_tests.release_support import cli_env, model_counts, table_counts  # noqa: F401
 
 
@@ -63,27 +61,3 @@ def test_replacing_needs_replace_keeps_the_old_version_and_never_shrinks_the_ref
     assert add(full, "--replace") == 0  # the reference with as many answers: allowed
     assert model_counts(database, "gpt4_1106_preview")[response_tables.RESPONSES_TABLE] == 805
     assert table_counts(database)["archive.responses"] == 40  # it had no rows yet: nothing to archive
-
-
-def test_the_inbox_never_replaces_a_model_and_takes_the_same_file_twice_once(cli_env, shared_data_dir):
-    home = Path(cli_env["usl_home"].path)
-    instance = dg.DagsterInstance.ephemeral()
-    records = [dict(r, generator="inbox-model") for r in alpaca(shared_data_dir, "vicuna-13b")[:40]]
-    folder = home / "inbox" / "alpaca_eval"
-    folder.mkdir(parents=True)
-    context = lambda: dg.build_sensor_context(instance=instance, resources=cli_env)  # noqa: E731
-
-    (folder / "inbox-model.json").write_text(json.dumps(records))
-    first = model_inbox_sensor(context())
-    instance.add_dynamic_partitions("models", first.dynamic_partitions_requests[0].partition_keys)  # as the daemon
-    (folder / "inbox-model.json").write_text(json.dumps(records))
-    again = model_inbox_sensor(context())
-    (folder / "inbox-model.json").write_text(json.dumps(records[:10]))
-    other = model_inbox_sensor(context())
-
-    assert [r.run_key for r in again.run_requests] == [r.run_key for r in first.run_requests]  # one run
-    assert again.dynamic_partitions_requests == []
-    assert other.run_requests == []
-    reason = (home / "inbox" / "quarantine" / "inbox-model.json.reason.txt").read_text()
-    assert "exists already" in reason and "usl add-model --replace" in reason
-    assert json.loads((home / "accepted" / "alpaca_eval" / "inbox-model.json").read_text()) == records

@@ -8,9 +8,7 @@ import pytest
 from usl_assets import cli
 from usl_assets.responses import pools, sampling, tables as response_tables
 from usl_assets.responses.assets import (
-    defs as responses_defs,
     every_prompt_answered_or_quarantined,
-    model_inbox_sensor,
     model_responses,
     pool_prompts,
     prompt_sample,
@@ -118,59 +116,6 @@ def test_a_file_that_does_not_parse_fails_the_partition_before_anything_is_writt
     )
     assert not result.success
     assert not env["warehouse"].table_exists("responses.responses")
-
-
-def drop_in_inbox(home: Path, pool: str, name: str, content: str) -> Path:
-    folder = home / "inbox" / pool
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / name).write_text(content)
-    return folder / name
-
-
-def test_inbox_sensor_adds_one_partition_and_runs_only_it(env, shared_data_dir):
-    home = Path(env["usl_home"].path)
-    instance = dg.DagsterInstance.ephemeral()
-    register_public_models(instance, shared_data_dir)
-    records = [dict(r, generator="my-new-model") for r in alpaca_records(shared_data_dir, "vicuna-13b")[:40]]
-    drop_in_inbox(home, "alpaca_eval", "model_outputs.json", json.dumps(records))
-    definitions = dg.Definitions.merge(responses_defs, dg.Definitions(resources=env))
-    context = dg.build_sensor_context(instance=instance, definitions=definitions, resources=env)
-
-    result = model_inbox_sensor(context)
-
-    assert [r.partition_keys for r in result.dynamic_partitions_requests] == [["alpaca_eval:my-new-model"]]
-    assert [(r.partition_key, r.asset_selection) for r in result.run_requests] == [
-        ("alpaca_eval:my-new-model", [model_responses.key])]
-    assert (home / "accepted" / "alpaca_eval" / "my-new-model.json").is_file()
-    assert not any((home / "inbox" / "alpaca_eval").iterdir())
-    # The run the sensor asks for loads that model: 40 answers, the other 765 prompts quarantined as missing.
-    instance.add_dynamic_partitions("models", ["alpaca_eval:my-new-model"])
-    run = dg.materialize([model_responses, *RESPONSE_CHECKS], resources=env, instance=instance,
-                         partition_key=result.run_requests[0].partition_key)
-    assert run.success and all(c.passed for c in run.get_asset_check_evaluations())
-    assert response_tables.partition_summary(env["warehouse"], "alpaca_eval", "my-new-model") == {
-        "responses": 40, "mean_chars": pytest.approx(sum(len(r["output"]) for r in records) / 40),
-        "quarantined": {"missing_response": 765}}
-    # Nothing left to do on the next tick.
-    assert model_inbox_sensor(dg.build_sensor_context(instance=instance, resources=env)).run_requests == []
-
-
-def test_inbox_sensor_quarantines_bad_files_with_a_reason_and_requests_nothing(env):
-    home = Path(env["usl_home"].path)
-    instance = dg.DagsterInstance.ephemeral()
-    drop_in_inbox(home, "alpaca_eval", "broken-model.json", '[{"instruction": "Hi", "output": "x"')
-    drop_in_inbox(home, "chatbot_arena", "gpt-5.json", "[]")
-    drop_in_inbox(home, "mt_bench", "still-writing.jsonl.partial", "{")
-
-    result = model_inbox_sensor(dg.build_sensor_context(instance=instance, resources=env))
-
-    assert result.run_requests == [] and result.dynamic_partitions_requests == []
-    quarantine = home / "inbox" / "quarantine"
-    assert "not valid JSON" in (quarantine / "broken-model.json.reason.txt").read_text()
-    assert "unknown pool 'chatbot_arena'" in (quarantine / "gpt-5.json.reason.txt").read_text()
-    assert (home / "inbox" / "mt_bench" / "still-writing.jsonl.partial").exists()
-    assert instance.get_dynamic_partitions("models") == []
-    assert not (home / "accepted").exists()
 
 
 def test_usl_add_model_loads_one_partition_and_bad_input_gets_one_line(env, shared_data_dir, tmp_path,

@@ -11,6 +11,7 @@ from pydantic import Field
 from usl_assets.leaderboards import ranking, validity
 from usl_assets.leaderboards.sql_models import GROUP, build_sql_models
 from usl_assets.resources import WAREHOUSE_POOL, DataDir, Warehouse
+from usl_assets.responses.sensors import ADDED_MODEL_TAG, IN_PROCESS_EXECUTION, REBUILD_LEADERBOARDS_TAG
 
 sql_assets, sql_checks = build_sql_models()
 
@@ -279,16 +280,20 @@ leaderboards_nightly = dg.ScheduleDefinition(
     name="leaderboards_after_new_model",
     run_status=dg.DagsterRunStatus.SUCCESS,
     request_job=leaderboards_job,
+    minimum_interval_seconds=15,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="When a new model's partition run (tag usl/added_model, from model_inbox_sensor) succeeds, rebuild "
-                "the leaderboards so the model is ranked; the other models' rewards are reused, not recomputed.",
+    description="When a new model's partition run from the inbox (tag usl/rebuild_leaderboards, set by "
+                "model_accepted_sensor) succeeds, rebuild the leaderboards so the model is ranked; the other models' "
+                "rewards are reused, not recomputed. `usl add-model` rebuilds them itself and sets no such tag.",
 )
 def leaderboards_after_new_model(context: dg.RunStatusSensorContext):
-    added = context.dagster_run.tags.get("usl/added_model")
-    if not added:
-        return dg.SkipReason(f"run {context.dagster_run.run_id} did not add a model")
+    tags = context.dagster_run.tags
+    added = tags.get(ADDED_MODEL_TAG)
+    if not added or tags.get(REBUILD_LEADERBOARDS_TAG) != "true":
+        return dg.SkipReason(f"run {context.dagster_run.run_id} is not an inbox model's run (the leaderboards are "
+                             "rebuilt by whoever ran it, e.g. `usl add-model`, or not at all)")
     return dg.RunRequest(run_key=f"leaderboards-after:{context.dagster_run.run_id}",
-                         tags={"usl/after_added_model": added})
+                         run_config=IN_PROCESS_EXECUTION, tags={"usl/after_added_model": added})
 
 
 defs = dg.Definitions(

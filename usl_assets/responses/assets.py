@@ -1,11 +1,11 @@
-"""Dagster wiring of the responses stage: the pools' prompts, the scoring sample, one partition per model, the
-inbox sensor. The logic lives in pools.py and inbox.py."""
+"""Dagster wiring of the responses stage: the pools' prompts, the scoring sample, one partition per model (the
+inbox's sensors are in sensors.py). The logic lives in pools.py."""
 
 import dagster as dg
 
 from usl_assets.partitions import model_partitions
 from usl_assets.resources import WAREHOUSE_POOL, DataDir, UslHome, Warehouse
-from usl_assets.responses import inbox, pools, sampling, tables as response_tables
+from usl_assets.responses import pools, sampling, tables as response_tables
 
 GROUP = "responses"
 
@@ -179,51 +179,8 @@ def partition_run_selection(asset_graph) -> list[dg.AssetKey]:
     return sorted(set(keys) | {model_responses.key}, key=lambda k: k.to_user_string())
 
 
-@dg.sensor(
-    name="model_inbox_sensor",
-    minimum_interval_seconds=30,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    target=dg.AssetSelection.assets(model_responses).downstream(),
-    description="A file in $USL_HOME/inbox/<pool>/ → validated, stored under accepted/, a new `models` partition "
-    "and a run of that partition only; bad files → inbox/quarantine/ with a .reason.txt",
-)
-def model_inbox_sensor(context: dg.SensorEvaluationContext, usl_home: UslHome, data_dir: DataDir):
-    outcome = inbox.process_inbox(usl_home.root(), data_dir.root())
-    for path, reason in outcome.quarantined:
-        context.log.warning(f"quarantined {path.name}: {reason}")
-    existing = set(context.instance.get_dynamic_partitions(model_partitions.name))
-    selection = partition_run_selection(context.repository_def.asset_graph if context.repository_def else None)
-    new_keys, run_requests = [], []
-    for validated, stored in outcome.accepted:
-        key = validated.partition_key
-        context.log.info(f"accepted {validated.path.name} as {key} ({validated.usable} usable rows) → {stored}")
-        if key not in existing and key not in new_keys:
-            new_keys.append(key)
-        run_requests.append(
-            dg.RunRequest(
-                run_key=f"add-model:{key}:{validated.sha256[:16]}",
-                partition_key=key,
-                asset_selection=selection,
-                tags={"usl/added_model": key, "usl/file_sha256": validated.sha256},
-            )
-        )
-    # A file accepted by a tick that failed before its partition was added: finish its registration now.
-    for key, sha256 in inbox.accepted_without_partition(usl_home.root(), existing | set(new_keys)):
-        new_keys.append(key)
-        run_requests.append(dg.RunRequest(run_key=f"add-model:{key}:{sha256[:16]}", partition_key=key,
-                                          asset_selection=selection, tags={"usl/added_model": key}))
-    if not run_requests:
-        reason = f"inbox empty ({len(outcome.quarantined)} file(s) quarantined)" if outcome.quarantined else None
-        return dg.SensorResult(skip_reason=reason or "inbox empty")
-    return dg.SensorResult(
-        run_requests=run_requests,
-        dynamic_partitions_requests=[model_partitions.build_add_request(new_keys)] if new_keys else [],
-    )
-
-
 defs = dg.Definitions(
     assets=[pool_prompts, prompt_sample, model_responses],
     asset_checks=[prompts_unique_and_tagged, sample_covers_every_scenario, responses_unique_per_prompt_and_model,
                   every_prompt_answered_or_quarantined],
-    sensors=[model_inbox_sensor],
 )

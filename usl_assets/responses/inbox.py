@@ -1,15 +1,18 @@
-"""New models arriving as files: validation, acceptance and quarantine (used by the sensor and `usl add-model`).
+"""New models arriving as files: validation, acceptance and quarantine (used by the inbox's intake run and
+`usl add-model`).
 
-A file dropped in `$USL_HOME/inbox/<pool>/` is validated as a whole. A good one is copied (atomically) to
+The sensor only lists `$USL_HOME/inbox/<pool>/` (`pending_files`, `file_signature`: a stat, no read). The intake
+run validates one file as a whole (`intake_file`): a good one is copied (atomically) to
 `$USL_HOME/accepted/<pool>/<model>.<ext>` and removed from the inbox; a bad one is moved to
 `$USL_HOME/inbox/quarantine/` next to a `<name>.reason.txt`. Nothing is half-loaded: rows are read into the
-warehouse only by the `model_responses` partition, from the accepted file.
+warehouse only by the `model_responses` partition, from the accepted file. Rows are judged by pools.py's own
+rules (`pools.load_model_responses`), the ones that partition applies.
 """
 
 import hashlib
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from usl_assets.responses import pools
@@ -39,12 +42,6 @@ class ValidatedFile:
         return ".json.gz" if self.path.name.endswith(".gz") else self.path.suffix
 
 
-@dataclass
-class InboxOutcome:
-    accepted: list[tuple[ValidatedFile, Path]] = field(default_factory=list)  # (file, where it is stored now)
-    quarantined: list[tuple[Path, str]] = field(default_factory=list)  # (where it is now, reason)
-
-
 def validate_model_file(pool: str, path: Path, data_root: Path, model: str | None = None) -> ValidatedFile:
     """Checks a whole file before anything is stored; ResponseFileError says in one line what is wrong."""
     pools.check_pool(pool)
@@ -57,7 +54,7 @@ def validate_model_file(pool: str, path: Path, data_root: Path, model: str | Non
     if not records:
         raise ResponseFileError(f"{path.name}: holds no records")
     name = pools.check_model_name(model or _model_name(pool, path, records))
-    usable = _usable_rows(pool, records, data_root)
+    usable = _usable_rows(pool, name, path, data_root)
     if usable == 0:
         raise ResponseFileError(f"{path.name}: no record answers one of the {pool} prompts with text")
     return ValidatedFile(pool, name, path, _sha256(path), len(records), usable)
@@ -77,22 +74,12 @@ def _model_name(pool: str, path: Path, records: list) -> str:
     return next(iter(names))
 
 
-def _usable_rows(pool: str, records: list, data_root: Path) -> int:
-    if pool == "mt_bench":
-        known = set(pools.mt_bench_prompts(data_root)["prompt_id"])
-        return sum(1 for r in records if isinstance(r, dict) and str(r.get("question_id")) in known
-                   and _first_turn_is_text(r))
-    known = set(pools.alpaca_prompts(data_root)["prompt"])
-    return sum(1 for r in records if isinstance(r, dict) and r.get("instruction") in known
-               and isinstance(r.get("output"), str) and r["output"].strip())
-
-
-def _first_turn_is_text(record: dict) -> bool:
-    try:
-        first = record["choices"][0]["turns"][0]
-    except (KeyError, IndexError, TypeError):
-        return False
-    return isinstance(first, str) and bool(first.strip())
+def _usable_rows(pool: str, model: str, path: Path, data_root: Path) -> int:
+    """Rows `model_responses` would load: pools.py's rules, not a copy of them."""
+    prompts = pools.mt_bench_prompts(data_root) if pool == "mt_bench" else pools.alpaca_prompts(data_root)
+    # The scenario tags (from the warehouse) do not change which rows are usable; the raw prompts suffice.
+    untagged = prompts.assign(scenario="", scenario_group="")
+    return len(pools.load_model_responses(pool, model, path, untagged).responses)
 
 
 def _sha256(path: Path) -> str:
@@ -152,7 +139,7 @@ def check_replacement(validated: ValidatedFile, data_root: Path, usl_home_root: 
         raise ResponseFileError(f"model {key} exists already (from {existing}): pass --replace to replace it (the "
                                 "current version is archived)")
     if reference_models.get(validated.pool) == validated.model:
-        before = _usable_rows(validated.pool, pools.read_model_records(validated.pool, existing), data_root)
+        before = _usable_rows(validated.pool, validated.model, existing, data_root)
         if validated.usable < before:
             raise ResponseFileError(
                 f"{validated.model} is the reference model of pool {validated.pool} (every USL score compares with "
@@ -172,7 +159,7 @@ def quarantine_file(path: Path, usl_home_root: Path, reason: str) -> Path:
 
 
 def pending_files(usl_home_root: Path) -> list[tuple[str, Path]]:
-    """(pool folder name, file) for every finished file in the inbox, oldest first."""
+    """(pool folder name, file) for every finished file in the inbox, oldest first. Lists and stats only."""
     inbox = usl_home_root / "inbox"
     if not inbox.is_dir():
         return []
@@ -184,35 +171,39 @@ def pending_files(usl_home_root: Path) -> list[tuple[str, Path]]:
     return sorted(found, key=lambda item: (item[1].stat().st_mtime, str(item[1])))
 
 
-def process_inbox(usl_home_root: Path, data_root: Path) -> InboxOutcome:
-    """Validates every pending file: accepted ones are stored, the others quarantined with their reason."""
-    outcome = InboxOutcome()
-    for pool, path in pending_files(usl_home_root):
-        try:
-            validated = validate_model_file(pool, path, data_root)
-        except (ResponseFileError, UslConfigError) as error:
-            outcome.quarantined.append((quarantine_file(path, usl_home_root, str(error)), str(error)))
-            continue
-        existing = current_source(validated.pool, validated.model, data_root, usl_home_root)
-        if existing is not None and _sha256(existing) == validated.sha256:
-            path.unlink()  # the same file again: nothing new (its run key is the one already requested)
-            outcome.accepted.append((validated, existing))
-            continue
-        if existing is not None:
-            reason = (f"model {validated.partition_key} exists already (from {existing}): the inbox never replaces "
-                      "a model; use `usl add-model --replace`")
-            outcome.quarantined.append((quarantine_file(path, usl_home_root, reason), reason))
-            continue
-        outcome.accepted.append((validated, store_accepted(validated, usl_home_root)))
-    return outcome
+def file_signature(pool: str, path: Path) -> str:
+    """`<pool>/<name>:<size>:<mtime_ns>`: the same file seen on two ticks has one signature (one run key); a file
+    written again gets a new one."""
+    stat = path.stat()
+    return f"{pool}/{path.name}:{stat.st_size}:{stat.st_mtime_ns}"
 
 
-def accepted_without_partition(usl_home_root: Path, existing_keys: set[str]) -> list[tuple[str, str]]:
-    """(partition key, sha256) of accepted files whose model has no partition yet."""
-    found = []
-    for pool in pools.POOLS:
-        for model, path in pools.accepted_model_files(usl_home_root, pool).items():
-            key = pools.partition_key(pool, model)
-            if key not in existing_keys:
-                found.append((key, _sha256(path)))
-    return found
+@dataclass(frozen=True)
+class Intake:
+    """What the intake run did with one inbox file."""
+
+    status: str  # "accepted" (new model, stored), "same_file" (that model's current file again), "quarantined"
+    detail: str  # where the file is now, or the quarantine reason
+    key: str | None = None  # the model's partition key (accepted, same_file)
+    sha256: str | None = None
+
+
+def intake_file(pool: str, path: Path, usl_home_root: Path, data_root: Path) -> Intake:
+    """Validates one inbox file: a new model is stored under accepted/, the same file again is removed, anything
+    else (bad, or a different file for an existing model: the inbox never replaces) is quarantined with its
+    reason."""
+    try:
+        validated = validate_model_file(pool, path, data_root)
+    except (ResponseFileError, UslConfigError) as error:
+        return Intake("quarantined", f"{quarantine_file(path, usl_home_root, str(error))}: {error}")
+    existing = current_source(validated.pool, validated.model, data_root, usl_home_root)
+    if existing is not None and _sha256(existing) == validated.sha256:
+        path.unlink()
+        return Intake("same_file", f"the same file as {existing}", validated.partition_key, validated.sha256)
+    if existing is not None:
+        reason = (f"model {validated.partition_key} exists already (from {existing}): the inbox never replaces "
+                  "a model; use `usl add-model --replace`")
+        return Intake("quarantined", f"{quarantine_file(path, usl_home_root, reason)}: {reason}")
+    stored = store_accepted(validated, usl_home_root)
+    return Intake("accepted", f"{validated.usable} usable rows, stored as {stored}", validated.partition_key,
+                  validated.sha256)
