@@ -231,9 +231,12 @@ def tag_prompts(prompts: pd.DataFrame, tagger) -> pd.DataFrame:
 # ---------------------------------------------------------------- the scoring sample
 
 
+DEFAULT_PER_SCENARIO = 4  # prompts per (pool, scenario) when the sample is not the full pool
+
+
 @dataclass(frozen=True)
 class SampleRule:
-    per_scenario: int = 16
+    per_scenario: int = DEFAULT_PER_SCENARIO
     full_pool: bool = False
     seed: int = 0
 
