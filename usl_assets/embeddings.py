@@ -17,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer
 
+from usl_assets.pooling import mean_pool
 from usl_assets.settings import UslConfigError
 
 log = logging.getLogger(__name__)
@@ -76,9 +77,7 @@ class SentenceEncoder:
 
     def _encode_batch(self, token_ids: list[list[int]]) -> np.ndarray:
         batch = self.tokenizer.pad({"input_ids": token_ids}, padding=True, return_tensors="pt").to(self.device)
-        hidden = self.model(**batch).last_hidden_state.float()
-        mask = batch["attention_mask"].unsqueeze(-1).float()
-        pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+        pooled = mean_pool(self.model(**batch).last_hidden_state.float(), batch["attention_mask"])
         return torch.nn.functional.normalize(pooled, p=2, dim=1).cpu().numpy()
 
 

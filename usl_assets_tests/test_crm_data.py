@@ -1,6 +1,7 @@
 import dagster as dg
 import pandas as pd
 import pytest
+import yaml
 
 from usl_assets.crm import data, judge_pairs
 from usl_assets.crm.data_assets import EXCLUDED_TABLE, PAIRS_TABLE, crm_training_pairs
@@ -58,6 +59,23 @@ def test_every_property_has_several_phrasings_per_direction():
         for direction in ("more", "less"):
             phrasings = prop.phrasings(direction)
             assert len(phrasings) >= 3 and len(set(phrasings)) == len(phrasings)
+
+
+def test_phrasings_come_from_the_yaml_and_a_broken_file_fails_loudly(tmp_path):
+    from usl_assets.crm.properties import PHRASINGS_FILE, load_properties
+
+    assert load_properties(PHRASINGS_FILE) == data.PROPERTIES
+    assert data.PROPERTIES["length"].less[0] == "The user prefers brief answers."
+    text = PHRASINGS_FILE.read_text(encoding="utf-8")
+    without_code = tmp_path / "no_code.yaml"
+    without_code.write_text(text.replace("  code:", "  kode:"), encoding="utf-8")
+    with pytest.raises(ValueError, match="differ from the measured ones"):
+        load_properties(without_code)
+    one_phrasing = tmp_path / "one.yaml"
+    one_phrasing.write_text(yaml.safe_dump({"properties": {name: {"more": ["Only one."], "less": ["A.", "B."]}
+                                                           for name in data.PROPERTIES}}), encoding="utf-8")
+    with pytest.raises(ValueError, match="length.more needs at least two"):
+        load_properties(one_phrasing)
 
 
 # ------------------------------------------------------------------------------------- splits and leakage

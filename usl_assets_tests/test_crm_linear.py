@@ -16,6 +16,7 @@ from usl_assets.crm.linear import TrainingTimeLimit
 from usl_assets.crm.scorer import load_scorer
 from usl_assets.crm.train import TrainConfig, train_crm
 from usl_assets.leaderboards import ranking
+from usl_assets.leaderboards.adhoc_comparisons import reference_wins_from_rewards
 from usl_assets_tests.crm_data_inputs import scenario_criteria_frame, tagged_preferences_frame
 
 BRIEF = (data.PROPERTIES["length"].less[0],)
@@ -102,7 +103,7 @@ def rank_judge_rows(test: pd.DataFrame, scorer) -> pd.DataFrame:
                          "scenario": pair.scenario, "scenario_group": pair.scenario_group, "reward": float(reward),
                          "length_chars": len(text)})
     rewards = pd.DataFrame(rows).drop_duplicates(["prompt_id", "model"])
-    wins = ranking.reference_wins_from_rewards(rewards, "gpt4_1106_preview")
+    wins = reference_wins_from_rewards(rewards, "gpt4_1106_preview")
     empty_pairs = pd.DataFrame(columns=["pool", "profile", "prompt_id", "scenario", "scenario_group", "model_a",
                                         "model_b", "a_score"])
     return ranking.rank_all(wins, empty_pairs, ranking.BootstrapSettings(usl_rounds=50, bt_rounds=20))

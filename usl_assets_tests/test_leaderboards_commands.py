@@ -90,3 +90,28 @@ def test_own_criteria_are_scored_then_ranked(published_home, capsys, shared_data
     again, out_again, _ = run(capsys, *argv)
     assert again == 0 and out_again == out  # cached and seeded: the same table
     assert cache.query("SELECT count(*) AS n FROM scoring.reward_cache")["n"].iloc[0] == cached
+
+
+@pytest.mark.parametrize("method", ["usl_soft", "usl", "usl_lc", "bradley_terry"])
+def test_rewards_ranked_on_demand_score_as_the_assets_score_them(published_home, method):
+    """The CLI's and the page's path (build_leaderboard over rewards handed to it) and the assets' path
+    (response_scores → the SQL models → leaderboard.rankings) give the same point scores for the same rewards:
+    here the default profile's rewards of the published slice. The intervals are seeded by different keys."""
+    from usl_assets.leaderboards.commands import build_leaderboard
+    from usl_assets.leaderboards.ranking import BootstrapSettings
+
+    published = published_home / "published" / "warehouse.duckdb"
+    warehouse = Warehouse(path=str(published))
+    rewards = warehouse.query("SELECT pool, prompt_id, model, scenario, length_chars, reward "
+                              "FROM leaderboard.response_scores WHERE pool = 'alpaca_eval' AND profile = 'default'")
+    board = build_leaderboard("alpaca_eval", ["Code", "open_question"], ["Any criterion."], method,
+                              BootstrapSettings(usl_rounds=20, bt_rounds=5), score=lambda pool, _: rewards,
+                              published=published)
+    assets = warehouse.query(
+        "SELECT scenario, model, score, n_prompts FROM leaderboard.rankings WHERE pool = 'alpaca_eval' "
+        "AND profile = 'default' AND method = ? AND scenario IN ('all', 'Code', 'open_question')", [method])
+    on_demand = board.long[["scenario", "model", "score", "n_prompts"]]
+    key = ["scenario", "model"]
+    assert len(assets) == 3 * len(ALPACA_MODELS)
+    pd.testing.assert_frame_equal(on_demand.sort_values(key, ignore_index=True),
+                                  assets.sort_values(key, ignore_index=True), check_dtype=False, rtol=1e-9)

@@ -18,6 +18,7 @@ from usl_assets.crm.data import TEST_SPLITS
 from usl_assets.crm.interface import ScoreItem
 from usl_assets.crm.judge_pairs import HELDOUT_SPLIT
 from usl_assets.crm.model import NEUTRAL_CRITERIA
+from usl_assets.markdown import markdown_table as shared_markdown_table
 
 VARIANTS = ("crm", "crm_linear", "crm_factorized", "crm_cross", "crm_length_only", "crm_no_criteria", "base_model",
             "length_baseline")
@@ -199,12 +200,9 @@ def accuracy_of(evaluation: pd.DataFrame, split: str, variant: str) -> float | N
 
 
 def markdown_table(evaluation: pd.DataFrame) -> str:
+    """Accuracy per split (rows) and variant (columns, in VARIANTS order)."""
     table = evaluation.pivot(index="split", columns="variant", values="accuracy")
-    columns = [v for v in VARIANTS if v in table.columns]
-    lines = ["| split | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
-    for split, row in table.iterrows():
-        lines.append(f"| {split} | " + " | ".join(f"{row[c]:.3f}" for c in columns) + " |")
-    return "\n".join(lines)
+    return shared_markdown_table(table[[v for v in VARIANTS if v in table.columns]].reset_index())
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@
   with its chat template) that `AutoModelForSequenceClassification.from_pretrained` loads; `usl_crm.json` holds
   the system-prompt format.
 - factorized: the merged encoder (`encoder/`), the head (`head.safetensors`, `head.json`), the feature code
-  (`usl_features.py`, a copy of crm/features.py) and `load_factorized.py`, the short loader docs/crm.md shows.
+  (`usl_features.py`, a copy of crm/features.py), the pooling (`usl_pooling.py`, a copy of
+  usl_assets/pooling.py) and `load_factorized.py`, the short loader docs/crm.md shows.
 - test splits: the paper's JSONL (idx, prompt, model_a, model_b, criteria, preference), one file per split.
 """
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from usl_assets import pooling as pooling_module
 from usl_assets.crm import features as features_module
 from usl_assets.crm.evaluate import TEST_SPLITS, stable_rank
 from usl_assets.crm.model import CRITERIA_INTRO, SYSTEM_PREAMBLE
@@ -29,6 +31,7 @@ from safetensors.torch import load_file
 from transformers import AutoModel, AutoTokenizer
 
 from usl_features import feature_matrix
+from usl_pooling import mean_pool
 
 
 class Head(torch.nn.Module):
@@ -56,9 +59,8 @@ def load(folder):
 
     def embed(texts, max_length):
         batch = tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-        mask = batch["attention_mask"].unsqueeze(-1).float()
-        hidden = encoder(**batch).last_hidden_state
-        return torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
+        return torch.nn.functional.normalize(mean_pool(encoder(**batch).last_hidden_state, batch["attention_mask"]),
+                                             dim=-1)
 
     @torch.inference_mode()
     def score(prompt, responses, criteria):
@@ -102,6 +104,7 @@ def export_factorized(checkpoint_dir: Path, out_dir: Path) -> Path:
     for name in ("head.safetensors", "head.json"):
         shutil.copyfile(checkpoint_dir / name, out_dir / name)
     shutil.copyfile(features_module.__file__, out_dir / "usl_features.py")
+    shutil.copyfile(pooling_module.__file__, out_dir / "usl_pooling.py")
     (out_dir / "load_factorized.py").write_text(FACTORIZED_LOADER, encoding="utf-8")
     return out_dir
 

@@ -16,6 +16,7 @@ from torch import nn
 from usl_assets.crm.backbones import Backbone
 from usl_assets.crm.features import FEATURE_NAMES
 from usl_assets.crm.interface import ScoreItem
+from usl_assets.pooling import mean_pool
 
 SYSTEM_PREAMBLE = "You are a helpful assistant."
 CRITERIA_INTRO = ("Judge the assistant's response to the user by how well it meets the user's criteria. "
@@ -116,11 +117,6 @@ def lora_config(kind: str, r: int, task: str):
 
 # ----------------------------------------------------------------------------------------------------------------
 # Factorized
-
-
-def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
 
 def embed_texts(encoder, tokenizer, texts: list[str], max_length: int, device: torch.device,

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from usl_assets.leaderboards import ranking
+from usl_assets.leaderboards.adhoc_comparisons import pairs_from_rewards, reference_wins_from_rewards
 from usl_assets.resources import Warehouse
 from usl_assets.settings import UslConfigError, usl_home
 
@@ -147,15 +148,6 @@ def render_unranked(unranked: pd.DataFrame) -> str:
                      + [f"  {row.model}: {row.reason}" for row in unranked.itertuples()])
 
 
-def pairs_from_rewards(rewards: pd.DataFrame) -> pd.DataFrame:
-    """Every pair of models per prompt (model_a < model_b) with a_score: pairwise_comparisons.sql, in pandas."""
-    merged = rewards.merge(rewards, on=["prompt_id", "scenario", "scenario_group"], suffixes=("_a", "_b"))
-    merged = merged[merged["model_a"] < merged["model_b"]]
-    a_score = np.select([merged["reward_a"] > merged["reward_b"], merged["reward_a"] == merged["reward_b"]],
-                        [1.0, 0.5], 0.0)
-    return merged[["prompt_id", "scenario", "scenario_group", "model_a", "model_b"]].assign(a_score=a_score)
-
-
 def usl_soft_temperature(published: Path | None = None) -> float:
     """usl_soft's k for the published CRM (crm.calibration); 1 when the evaluation has not run."""
     try:
@@ -175,7 +167,7 @@ def adhoc_rankings(rewards: pd.DataFrame, known: pd.DataFrame, topics: list[str]
         if reference_model is None or reference_model not in set(rewards["model"]):
             raise UslConfigError(f"the pool's reference model {reference_model!r} has no rewards: use "
                                  "--method bradley_terry")
-        comparisons = ranking.reference_wins_from_rewards(rewards, reference_model)
+        comparisons = reference_wins_from_rewards(rewards, reference_model)
     else:
         comparisons = pairs_from_rewards(rewards)
     scale = ranking.length_scale_of(comparisons) if method != "bradley_terry" else 1.0

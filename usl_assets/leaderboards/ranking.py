@@ -186,20 +186,6 @@ def empty_rankings() -> pd.DataFrame:
     return frame.astype({"score": float, "ci_low": float, "ci_high": float, "rank": "int64", "n_prompts": "int64"})
 
 
-def reference_wins_from_rewards(rewards: pd.DataFrame, reference_model: str) -> pd.DataFrame:
-    """The USL win column from raw rewards (prompt_id, model, reward, …): what reference_comparisons.sql does in
-    the warehouse, for the CLI's ad hoc rewards that never reach a table."""
-    columns = ["prompt_id", "reward"] + (["length_chars"] if "length_chars" in rewards else [])
-    reference = rewards.loc[rewards["model"] == reference_model, columns]
-    merged = rewards.merge(reference.rename(columns={"reward": "reference_reward",
-                                                     "length_chars": "reference_length"}), on="prompt_id")
-    win = np.select([merged["reward"] > merged["reference_reward"], merged["reward"] == merged["reference_reward"]],
-                    [1.0, 0.5], 0.0)
-    length_diff = (merged["length_chars"] - merged["reference_length"]) if "length_chars" in merged else 0.0
-    return merged.drop(columns=["reference_reward", "reference_length"], errors="ignore").assign(
-        win=win, reward_diff=merged["reward"] - merged["reference_reward"], length_diff=length_diff)
-
-
 DEFAULT_REFERENCE_MODELS = {"alpaca_eval": "gpt4_1106_preview", "mt_bench": "gpt-4"}
 
 

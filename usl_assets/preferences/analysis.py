@@ -18,6 +18,8 @@ import re
 import numpy as np
 import pandas as pd
 
+from usl_assets.markdown import markdown_table  # noqa: F401 (the assets call analysis.markdown_table)
+
 STATS_COLUMNS = ["scenario", "scenario_group", "source", "n_pairs", "n_ties", "tie_rate", "n_with_votes",
                  "disagreement_rate", "n_length_decided", "longer_preferred_rate"]
 CONTRADICTION_COLUMNS = ["scenario", "scenario_group", "n_pairs", "tie_rate", "disagreement_rate",
@@ -161,5 +163,3 @@ def png_markdown(png: bytes, alt: str) -> str:
     return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode('ascii')})"
 
 
-def markdown_table(frame: pd.DataFrame, digits: int = 3) -> str:
-    return frame.to_markdown(index=False, floatfmt=f".{digits}f") if len(frame) else "(no rows)"

@@ -12,6 +12,7 @@ from great_expectations.data_context.types.base import ProgressBarsConfig
 import pandas as pd
 import pandera.pandas as pa
 
+from usl_assets.markdown import markdown_table  # noqa: F401 (the assets call validation.markdown_table)
 from usl_assets.preferences.canonical import AI_JUDGE_SOURCES, CANONICAL_TYPES, LABEL_KINDS, SOURCES, WINNERS
 
 MAX_TEXT_CHARS = 20_000  # per prompt and per response; the longest real text (an Auto-J prompt) has 15,822
@@ -95,15 +96,6 @@ def balance_by_source(raw_counts: dict[str, int], valid: pd.DataFrame, quarantin
         rows.append({"source": source, "raw": raw, "valid": n_valid, "quarantined": n_quarantined,
                      "balanced": raw == n_valid + n_quarantined})
     return pd.DataFrame(rows)
-
-
-def markdown_table(frame: pd.DataFrame) -> str:
-    if frame.empty:
-        return "(none)"
-    header = "| " + " | ".join(map(str, frame.columns)) + " |"
-    rule = "|" + "---|" * len(frame.columns)
-    body = ["| " + " | ".join(str(value) for value in row) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join([header, rule, *body])
 
 
 def criteria_problems(criteria: pd.DataFrame, scenarios: set[str]) -> list[str]:

@@ -43,7 +43,7 @@ def pool_prompts(
 class PromptSampleConfig(dg.Config):
     # Every prompt is scored by default (the linear CRM scores a whole pool in seconds); full_pool=False scores
     # up to per_scenario prompts per (pool, scenario) instead, e.g. for the LoRA CRMs.
-    per_scenario: int = 4
+    per_scenario: int = sampling.DEFAULT_PER_SCENARIO
     full_pool: bool = True
     seed: int = 0
 

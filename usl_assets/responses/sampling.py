@@ -9,10 +9,12 @@ import pandas as pd
 
 from usl_assets.settings import UslConfigError
 
+DEFAULT_PER_SCENARIO = 4  # prompts per (pool, scenario) when the sample is not the full pool
+
 
 @dataclass(frozen=True)
 class SampleRule:
-    per_scenario: int = 16
+    per_scenario: int = DEFAULT_PER_SCENARIO
     full_pool: bool = False
     seed: int = 0
 
