@@ -96,22 +96,53 @@ def test_cross_training_reduces_the_bradley_terry_loss(tiny_backbone, pairs, tmp
     assert info["backbone"]["kind"] == "decoder" and info["training_pairs"] == len(train)
 
 
+def weight_files(folder: Path) -> dict[str, bytes]:
+    """The trained weights of a finished LoRA checkpoint, byte for byte."""
+    names = ["adapter/adapter_model.safetensors", "head.safetensors"]
+    return {name: (folder / name).read_bytes() for name in names if (folder / name).exists()}
+
+
+def deterministic_figures(folder: Path) -> dict:
+    """crm.json without what depends on the clock or the machine's load."""
+    info = json.loads((folder / "crm.json").read_text())
+    training = {k: v for k, v in info["training"].items() if k not in ("wall_seconds", "peak_memory_mb")}
+    return {**{k: v for k, v in info.items() if k not in ("created_at", "training")}, "training": training}
+
+
 @pytest.mark.parametrize("architecture", ["cross", "factorized"])
-def test_a_crashed_training_resumes_from_its_last_intermediate_checkpoint(architecture, tiny_backbone, tiny_encoder,
-                                                                           pairs, tmp_path):
+def test_a_crashed_training_resumes_and_ends_bit_for_bit_like_an_uninterrupted_one(architecture, tiny_backbone,
+                                                                                    tiny_encoder, pairs, tmp_path):
     train = pairs[pairs["split"] == "train"]
     folder = tiny_backbone if architecture == "cross" else tiny_encoder
     backbone = resolve_backbone(str(folder), tmp_path / "backbones")
     config = tiny_config(architecture, max_steps=9)
-    crashed = train_crm(train, backbone, config, tmp_path / "crm", log=lambda _: None, stop_after_steps=6)
+    never_stopped = train_crm(train, backbone, config, tmp_path / "uninterrupted", log=lambda _: None)
+    crashed = train_crm(train, backbone, config, tmp_path / "crm", log=lambda _: None, stop_after_steps=5)
     assert not (crashed.checkpoint_dir / "crm.json").exists()
-    assert latest_state(crashed.checkpoint_dir).parent.name == "step-000006"
+    assert latest_state(crashed.checkpoint_dir).parent.name == "step-000005"
+    torch.manual_seed(12345)  # whatever the process did in between: the resume restores the generators
     resumed = train_crm(train, backbone, config, tmp_path / "crm", log=lambda _: None)
-    assert resumed.resumed_from_step == 6 and resumed.steps == 9
-    assert resumed.losses[:6] == crashed.losses
-    assert (resumed.checkpoint_dir / "crm.json").exists()
+    assert resumed.resumed_from_step == 5 and resumed.steps == 9
+    assert resumed.checkpoint_id == never_stopped.checkpoint_id
+    assert resumed.losses == never_stopped.losses  # steps 6..9 taken after the resume, too
+    assert weight_files(resumed.checkpoint_dir) == weight_files(never_stopped.checkpoint_dir)
+    assert len(weight_files(resumed.checkpoint_dir)) == (1 if architecture == "cross" else 2)
+    assert deterministic_figures(resumed.checkpoint_dir) == deterministic_figures(never_stopped.checkpoint_dir)
     again = train_crm(train, backbone, config, tmp_path / "crm", log=lambda _: None)
     assert again.reused and again.steps == 9
+
+
+def test_a_state_left_half_written_by_a_kill_is_not_resumed_from(tiny_backbone, pairs, tmp_path):
+    backbone = resolve_backbone(str(tiny_backbone), tmp_path / "backbones")
+    config = tiny_config("cross", max_steps=6)
+    crashed = train_crm(pairs[pairs["split"] == "train"], backbone, config, tmp_path / "crm", log=lambda _: None,
+                        stop_after_steps=3)
+    torn = crashed.checkpoint_dir / "intermediate" / "step-000006.partial"
+    torn.mkdir()
+    (torn / "state.pt").write_bytes(b"killed while torch.save was writing")
+    assert latest_state(crashed.checkpoint_dir).parent.name == "step-000003"
+    resumed = train_crm(pairs[pairs["split"] == "train"], backbone, config, tmp_path / "crm", log=lambda _: None)
+    assert resumed.resumed_from_step == 3 and resumed.steps == 6
 
 
 def test_factorized_training_reduces_loss_and_cached_scores_equal_direct_scores(tiny_encoder, pairs, tmp_path):

@@ -91,13 +91,15 @@ def collate(tokenizer, encoded: list[dict], device: torch.device) -> dict[str, t
 
 
 def load_cross_model(backbone: Backbone, device: torch.device, dtype: torch.dtype, seed: int):
-    """Backbone + a fresh, seeded one-output score head (eval mode) and its tokenizer."""
+    """Backbone + a fresh, seeded one-output score head (eval mode) and its tokenizer. The head is drawn from
+    a forked CPU generator (weights are built on the CPU), so loading leaves the caller's torch RNG untouched."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(backbone.path)
     tokenizer.padding_side = "right"
-    model = AutoModelForSequenceClassification.from_pretrained(backbone.path, num_labels=1, dtype=dtype)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForSequenceClassification.from_pretrained(backbone.path, num_labels=1, dtype=dtype)
     model.config.pad_token_id = tokenizer.pad_token_id
     return model.to(device).eval(), tokenizer
 
