@@ -3,6 +3,7 @@
 import json
 
 import dagster as dg
+import pandas as pd
 import pytest
 
 from usl_assets.crm.assets import (CrmSettings, crm_backbone_smollm2, crm_beats_length_on_criteria_reversed,
@@ -12,6 +13,20 @@ from usl_assets.crm import data
 from usl_assets.crm.scorer import default_checkpoint, load_scorer
 from usl_assets_tests.crm_data_inputs import scenario_criteria_frame, tagged_preferences_frame
 from usl_assets_tests.test_crm_model import autoj_pairs, tiny_encoder  # noqa: F401 (fixture)
+
+
+def assert_evaluation_figures(evaluation: pd.DataFrame, pairs: pd.DataFrame) -> None:
+    """crm.evaluation against crm.evaluation_pairs: each accuracy is its pairs' share of strict wins, length_baseline
+    is exactly the share of pairs whose chosen answer is the longer, and the CRM follows the criteria where length
+    and no criteria cannot (criteria_reversed: criteria that pick the side length would not)."""
+    recomputed = pairs.groupby(["split", "variant"])["correct"].agg(n="size", accuracy="mean")
+    figures = evaluation.set_index(["split", "variant"])[["n", "accuracy"]].sort_index()
+    pd.testing.assert_frame_equal(figures, recomputed.loc[figures.index], check_dtype=False)
+    length = pairs[pairs["variant"] == "length_baseline"]
+    assert (length["correct"] == length["chosen_is_longer"].astype(bool)).all()
+    accuracy = evaluation.set_index(["split", "variant"])["accuracy"]
+    assert accuracy["criteria_reversed", "crm"] > accuracy["criteria_reversed", "length_baseline"]
+    assert accuracy["criteria_reversed", "crm"] > accuracy["criteria_reversed", "crm_no_criteria"]
 
 
 def tiny_settings(tiny_backbone, tiny_encoder, **changes) -> CrmSettings:  # noqa: F811
@@ -58,6 +73,7 @@ def test_crm_assets_train_every_architecture_and_evaluate_them_against_the_basel
     assert held["model_win_rate_spearman"].notna().all()
     win_rates = usl_env["warehouse"].read_table("crm.judge_model_win_rates")
     assert win_rates.query("variant == 'crm'")["model"].nunique() >= 6
+    assert_evaluation_figures(evaluation, usl_env["warehouse"].read_table("crm.evaluation_pairs"))
     crm = evaluation.query("variant == 'crm'").set_index("split")["accuracy"]
     linear = evaluation.query("variant == 'crm_linear'").set_index("split")["accuracy"]
     assert crm.equals(linear)

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -88,3 +89,27 @@ def test_export_crm_writes_a_plain_transformers_folder_and_the_paper_test_splits
     assert {r["preference"] for r in rows} <= {"model_a", "model_b"}
     assert main(["export-crm", str(out)]) == 2
     assert "is not empty" in capsys.readouterr().err
+
+
+def test_evaluate_crm_reads_the_test_splits_export_crm_writes(trained, tmp_path, capsys):
+    from usl_assets.crm.evaluate import pair_rewards
+    from usl_assets.crm.scorer import load_scorer
+
+    checkpoint, pairs = trained
+    out = tmp_path / "export"
+    assert main(["export-crm", str(out), "--checkpoint", str(checkpoint)]) == 0
+    capsys.readouterr()
+    rewards_file = tmp_path / "reversed.rewards.csv"
+    assert main(["evaluate-crm", "--preferences", str(out / "test_splits" / "criteria_reversed.jsonl"),
+                 "--checkpoint", str(checkpoint), "--out", str(rewards_file)]) == 0
+    printed = capsys.readouterr().out
+    assert "skipped line" not in printed and ", 0 skipped" in printed
+    # The same rewards the evaluation gives those pairs: each side scored under the pair's criteria.
+    split = pairs[pairs["split"] == "criteria_reversed"]
+    chosen, rejected = pair_rewards(split, load_scorer(checkpoint))
+    rewards = pd.read_csv(rewards_file, dtype={"idx": str}).set_index("idx").loc[split["pair_id"]]
+    a_is_chosen = (rewards["human_winner"] == "model_a").to_numpy()
+    assert rewards["reward_a"].to_numpy() == pytest.approx(np.where(a_is_chosen, chosen, rejected), abs=1e-5)
+    assert rewards["reward_b"].to_numpy() == pytest.approx(np.where(a_is_chosen, rejected, chosen), abs=1e-5)
+    accuracy = float(printed.split("accuracy: ")[1].split()[0])
+    assert accuracy == pytest.approx(float(np.mean(chosen > rejected)), abs=1e-4)

@@ -96,22 +96,53 @@ def test_cross_training_reduces_the_bradley_terry_loss(tiny_backbone, pairs, tmp
     assert info["backbone"]["kind"] == "decoder" and info["training_pairs"] == len(train)
 
 
+def weight_files(folder: Path) -> dict[str, bytes]:
+    """The trained weights of a finished LoRA checkpoint, byte for byte."""
+    names = ["adapter/adapter_model.safetensors", "head.safetensors"]
+    return {name: (folder / name).read_bytes() for name in names if (folder / name).exists()}
+
+
+def deterministic_figures(folder: Path) -> dict:
+    """crm.json without what depends on the clock or the machine's load."""
+    info = json.loads((folder / "crm.json").read_text())
+    training = {k: v for k, v in info["training"].items() if k not in ("wall_seconds", "peak_memory_mb")}
+    return {**{k: v for k, v in info.items() if k not in ("created_at", "training")}, "training": training}
+
+
 @pytest.mark.parametrize("architecture", ["cross", "factorized"])
-def test_a_crashed_training_resumes_from_its_last_intermediate_checkpoint(architecture, tiny_backbone, tiny_encoder,
-                                                                           pairs, tmp_path):
+def test_a_crashed_training_resumes_and_ends_bit_for_bit_like_an_uninterrupted_one(architecture, tiny_backbone,
+                                                                                    tiny_encoder, pairs, tmp_path):
     train = pairs[pairs["split"] == "train"]
     folder = tiny_backbone if architecture == "cross" else tiny_encoder
     backbone = resolve_backbone(str(folder), tmp_path / "backbones")
     config = tiny_config(architecture, max_steps=9)
-    crashed = train_crm(train, backbone, config, tmp_path / "crm", log=lambda _: None, stop_after_steps=6)
+    never_stopped = train_crm(train, backbone, config, tmp_path / "uninterrupted", log=lambda _: None)
+    crashed = train_crm(train, backbone, config, tmp_path / "crm", log=lambda _: None, stop_after_steps=5)
     assert not (crashed.checkpoint_dir / "crm.json").exists()
-    assert latest_state(crashed.checkpoint_dir).parent.name == "step-000006"
+    assert latest_state(crashed.checkpoint_dir).parent.name == "step-000005"
+    torch.manual_seed(12345)  # whatever the process did in between: the resume restores the generators
     resumed = train_crm(train, backbone, config, tmp_path / "crm", log=lambda _: None)
-    assert resumed.resumed_from_step == 6 and resumed.steps == 9
-    assert resumed.losses[:6] == crashed.losses
-    assert (resumed.checkpoint_dir / "crm.json").exists()
+    assert resumed.resumed_from_step == 5 and resumed.steps == 9
+    assert resumed.checkpoint_id == never_stopped.checkpoint_id
+    assert resumed.losses == never_stopped.losses  # steps 6..9 taken after the resume, too
+    assert weight_files(resumed.checkpoint_dir) == weight_files(never_stopped.checkpoint_dir)
+    assert len(weight_files(resumed.checkpoint_dir)) == (1 if architecture == "cross" else 2)
+    assert deterministic_figures(resumed.checkpoint_dir) == deterministic_figures(never_stopped.checkpoint_dir)
     again = train_crm(train, backbone, config, tmp_path / "crm", log=lambda _: None)
     assert again.reused and again.steps == 9
+
+
+def test_a_state_left_half_written_by_a_kill_is_not_resumed_from(tiny_backbone, pairs, tmp_path):
+    backbone = resolve_backbone(str(tiny_backbone), tmp_path / "backbones")
+    config = tiny_config("cross", max_steps=6)
+    crashed = train_crm(pairs[pairs["split"] == "train"], backbone, config, tmp_path / "crm", log=lambda _: None,
+                        stop_after_steps=3)
+    torn = crashed.checkpoint_dir / "intermediate" / "step-000006.partial"
+    torn.mkdir()
+    (torn / "state.pt").write_bytes(b"killed while torch.save was writing")
+    assert latest_state(crashed.checkpoint_dir).parent.name == "step-000003"
+    resumed = train_crm(pairs[pairs["split"] == "train"], backbone, config, tmp_path / "crm", log=lambda _: None)
+    assert resumed.resumed_from_step == 3 and resumed.steps == 6
 
 
 def test_factorized_training_reduces_loss_and_cached_scores_equal_direct_scores(tiny_encoder, pairs, tmp_path):
@@ -157,6 +188,10 @@ def test_the_exported_cross_encoder_loads_with_plain_transformers(tiny_backbone,
     model = AutoModelForSequenceClassification.from_pretrained(out).eval()
     tokenizer = AutoTokenizer.from_pretrained(out)
     assert tokenizer.chat_template and (out / "model.safetensors").exists()
+    described = json.loads((out / "usl_crm.json").read_text())
+    assert described["kind"] == "decoder" and "chat template" in described["input"]
+    assert described["truncation"]["max_tokens"] == {"system": 85, "history": 42, "prompt": 42}
+    assert "max_length // 3" in described["truncation"]["rule"]
     item = ScoreItem("Name a prime number.", "Seven is a prime number.", ("Be concise.",))
     from usl_assets.crm.model import system_message
 
@@ -183,17 +218,61 @@ def test_equal_scores_count_as_wrong_and_shorter_preferred_is_reported():
     assert not per_pair_results(frame, "v", np.array([1.0]), np.array([1.0]))["correct"].iloc[0]
 
 
-def test_a_preference_file_with_bad_lines_keeps_the_good_ones_and_says_why(tmp_path):
+def test_a_preference_file_with_bad_lines_keeps_the_good_ones_and_says_why(tmp_path, shared_data_dir):
+    from usl_assets.preferences.canonical import CriteriaBook
+
     good = {"idx": "u:1", "prompt": "Hi", "human_winner": "model_b", "a_criteria": [], "b_criteria": ["Be brief."],
             "model_a": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there!"}],
             "model_b": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hi."}]}
+    paper = {"idx": "p:1", "model_a": good["model_a"], "model_b": good["model_b"], "preference": "model_a",
+             "criteria": ["Be warm."]}  # docs/user_preferences.md's format, as export-crm writes the test splits
+    by_scenario = {k: v for k, v in paper.items() if k != "criteria"} | {"scenario": "chitchat"}
     path = tmp_path / "prefs.jsonl"
     path.write_text("\n".join([json.dumps(good), "{not json", json.dumps({**good, "human_winner": "both"}),
-                               json.dumps({k: v for k, v in good.items() if k != "model_a"})]) + "\n")
-    pairs, quarantined = read_preference_file(path)
-    assert [p["criteria"] for p in pairs] == [("Be brief.",)]
-    assert [q["line"] for q in quarantined] == [2, 3, 4]
+                               json.dumps({k: v for k, v in good.items() if k != "model_a"}), json.dumps(paper),
+                               json.dumps(by_scenario), json.dumps([1, 2])]) + "\n")
+    pairs, quarantined = read_preference_file(path, CriteriaBook(shared_data_dir))
+    assert [p["criteria"] for p in pairs] == [("Be brief.",), ("Be warm.",),
+                                              tuple(criteria_texts(shared_data_dir, "chitchat"))]
+    assert pairs[1]["prompt"] == "Hi" and pairs[1]["human_winner"] == "model_a" and pairs[2]["criteria"]
+    assert [q["line"] for q in quarantined] == [2, 3, 4, 7]
     assert "human_winner" in quarantined[1]["reason"] and "model_a" in quarantined[2]["reason"]
+    assert "not_an_object" in quarantined[3]["reason"]
+
+
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])
+def test_long_criteria_leave_the_prompt_and_the_response_their_share_of_the_input(kind, tiny_backbone,
+                                                                                  tiny_encoder, shared_data_dir):
+    from transformers import AutoTokenizer
+
+    from usl_assets.crm.model import encode_cross, input_budget, system_message
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_encoder if kind == "encoder" else tiny_backbone)
+    longest = max((tuple(criteria_texts(shared_data_dir, s)) for s in load_scenarios(shared_data_dir).descriptions),
+                  key=lambda c: len(system_message(c)))
+    max_length = 128
+    assert len(tokenizer(system_message(longest), add_special_tokens=False)["input_ids"]) > max_length
+    item = ScoreItem("please translate the word zebra " * 12, "the answer is cebra " * 40, longest)
+    ids = encode_cross(tokenizer, kind, [item], max_length)[0]["input_ids"]
+    text = tokenizer.decode(ids).lower()
+    assert len(ids) <= max_length and "judge the assistant" in text and "zebra" in text and "cebra" in text
+    budget = input_budget(max_length)
+    prompt_tokens = len(tokenizer(item.prompt, add_special_tokens=False)["input_ids"])
+    assert prompt_tokens > budget["prompt"] and text.count("zebra") < 12  # the prompt was cut to its share
+
+
+def test_loading_a_cross_model_leaves_the_global_torch_generator_alone(tiny_encoder, tmp_path):
+    from usl_assets.crm.model import load_cross_model
+
+    backbone = resolve_backbone(str(tiny_encoder), tmp_path / "backbones")
+    torch.manual_seed(7)
+    before = torch.get_rng_state()
+    model, _ = load_cross_model(backbone, torch.device("cpu"), None, seed=0)
+    assert torch.equal(torch.get_rng_state(), before)
+    again, _ = load_cross_model(backbone, torch.device("cpu"), None, seed=0)
+    other, _ = load_cross_model(backbone, torch.device("cpu"), None, seed=1)
+    assert torch.equal(model.classifier.weight, again.classifier.weight)  # the fresh head is seeded
+    assert not torch.equal(model.classifier.weight, other.classifier.weight)
 
 
 def test_backbone_identity_follows_the_weights_contents_not_only_their_size(tiny_encoder, tmp_path):
@@ -209,3 +288,47 @@ def test_backbone_identity_follows_the_weights_contents_not_only_their_size(tiny
     data[-1] ^= 0xFF  # same size, one byte of a weight changed
     weights.write_bytes(bytes(data))
     assert folder_hash(copy) != folder_hash(tiny_encoder)
+
+
+def test_a_training_killed_with_sigkill_resumes_on_rerun_and_ends_like_an_uninterrupted_one(
+        tiny_backbone, shared_data_dir, pairs, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from usl_assets.crm.train import checkpoint_id, training_data_hash
+    from usl_assets_tests.conftest import REPO_ROOT
+    from usl_assets_tests.crm_training_worker import config
+
+    max_steps, models = 12, tmp_path / "killed"
+    train = pairs[pairs["split"] == "train"]
+    backbone = resolve_backbone(str(tiny_backbone), models / "backbones")
+    folder = models / "crm" / "cross" / checkpoint_id(backbone, training_data_hash(train), config(max_steps))
+    command = [sys.executable, "-m", "usl_assets_tests.crm_training_worker", str(tiny_backbone),
+               str(shared_data_dir), str(models), str(max_steps)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    worker = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 600
+    while (latest_state(folder) is None or latest_state(folder).parent.name < "step-000003") \
+            and worker.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    worker.send_signal(signal.SIGKILL)
+    output = worker.communicate(timeout=60)[0]
+    assert worker.returncode == -signal.SIGKILL, output
+    assert not (folder / "crm.json").exists()
+    killed_at = int(latest_state(folder).parent.name.removeprefix("step-"))
+    assert 3 <= killed_at < max_steps
+
+    rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    figures = json.loads(rerun.stdout.strip().splitlines()[-1])
+    assert f"resuming {folder.name} from step {killed_at}" in rerun.stdout
+    assert figures["resumed_from_step"] == killed_at and figures["steps"] == max_steps
+
+    never_stopped = train_crm(train, resolve_backbone(str(tiny_backbone), tmp_path / "backbones"),
+                              config(max_steps), tmp_path / "uninterrupted", log=lambda _: None)
+    assert figures["checkpoint_id"] == never_stopped.checkpoint_id == folder.name
+    assert weight_files(folder) == weight_files(never_stopped.checkpoint_dir)
+    assert deterministic_figures(folder) == deterministic_figures(never_stopped.checkpoint_dir)

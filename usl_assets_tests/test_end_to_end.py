@@ -10,6 +10,7 @@ from usl_assets.cli import main
 from usl_assets.crm.assets import CrmSettings
 from usl_assets.pipeline import plan_phases, run_graph
 from usl_assets_tests.conftest import REPO_ROOT
+from usl_assets_tests.test_crm_assets import assert_evaluation_figures
 
 # Three models per pool, the pools' reference models among them (AlpacaEval 2's and MT-Bench's).
 MODELS = ["alpaca_eval:gpt4_1106_preview", "alpaca_eval:Qwen1.5-72B-Chat", "alpaca_eval:gemma-7b-it",
@@ -70,6 +71,7 @@ def test_whole_graph_end_to_end(usl_env, tiny_backbone, tmp_path, monkeypatch, c
     warehouse = usl_env["warehouse"]
     with duckdb.connect(str(warehouse.published_path()), read_only=True) as published:
         evaluation = published.execute("SELECT split, variant, n, accuracy FROM crm.evaluation").df()
+        evaluation_pairs = published.execute("SELECT * FROM crm.evaluation_pairs").df()
         ranked = published.execute(
             "SELECT pool, count(DISTINCT model) AS models FROM leaderboard.rankings "
             "WHERE scenario = 'all' GROUP BY pool ORDER BY pool").fetchall()
@@ -85,7 +87,7 @@ def test_whole_graph_end_to_end(usl_env, tiny_backbone, tmp_path, monkeypatch, c
         assert column_comment and column_comment == warehouse_docs.column_description(table, column), (table, column)
     assert {"human_heldout", "criteria_reversed", "pandalm_majority"} <= set(evaluation["split"])
     assert {"crm", "length_baseline", "crm_no_criteria"} <= set(evaluation["variant"])
-    assert evaluation["accuracy"].between(0, 1).all()
+    assert_evaluation_figures(evaluation, evaluation_pairs)
     assert rewarded[0] == len(MODELS)
     assert dict(ranked) == {"alpaca_eval": 3, "mt_bench": 3}
 

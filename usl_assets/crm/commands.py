@@ -9,7 +9,7 @@ from usl_assets.settings import UslConfigError, usl_home
 def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     evaluate = subparsers.add_parser("evaluate-crm", help="score a preference file (JSONL) with a CRM, print accuracy")
     evaluate.add_argument("--preferences", required=True, type=Path,
-                          help="canonical-format JSONL (docs/user_preferences.md)")
+                          help="JSONL in docs/user_preferences.md's format (also the test splits export-crm writes)")
     evaluate.add_argument("--checkpoint", type=Path, help="a CRM checkpoint folder (default: the default CRM)")
     evaluate.add_argument("--out", type=Path, help="per-pair rewards, .csv or .jsonl (default: beside the file)")
     evaluate.set_defaults(handler=evaluate_crm)
@@ -35,6 +35,8 @@ def _checkpoint(given: Path | None, architecture: str | None) -> Path:
 def evaluate_crm(args: argparse.Namespace) -> int:
     from usl_assets.crm.evaluate import read_preference_file, score_preference_pairs
     from usl_assets.crm.scorer import load_scorer
+    from usl_assets.preferences.canonical import CriteriaBook
+    from usl_assets.settings import data_dir
 
     if not args.preferences.is_file():
         raise UslConfigError(f"--preferences {args.preferences} is not a file")
@@ -44,7 +46,7 @@ def evaluate_crm(args: argparse.Namespace) -> int:
     if out.resolve() == args.preferences.resolve():
         raise UslConfigError(f"--out {out} is the preference file itself: choose another file for the rewards")
     checkpoint = _checkpoint(args.checkpoint, None)
-    pairs, quarantined = read_preference_file(args.preferences)
+    pairs, quarantined = read_preference_file(args.preferences, CriteriaBook(data_dir()))
     for bad in quarantined:
         print(f"skipped line {bad['line']}: {bad['reason']}")
     if not pairs:

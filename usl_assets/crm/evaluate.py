@@ -19,6 +19,7 @@ from usl_assets.crm.interface import ScoreItem
 from usl_assets.crm.judge_pairs import HELDOUT_SPLIT
 from usl_assets.crm.model import NEUTRAL_CRITERIA
 from usl_assets.markdown import markdown_table as shared_markdown_table
+from usl_assets.preferences.canonical import CriteriaBook, RecordProblem, user_criteria, user_row
 
 VARIANTS = ("crm", "crm_linear", "crm_factorized", "crm_cross", "crm_length_only", "crm_no_criteria", "base_model",
             "length_baseline")
@@ -206,19 +207,14 @@ def markdown_table(evaluation: pd.DataFrame) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# A user's preference file (docs/user_preferences.md's canonical JSONL)
+# A user's preference file: docs/user_preferences.md's format (canonical.user_row reads it, as the preferences
+# stage does), which is also the paper's test splits that `usl export-crm` writes; rows carrying each side's
+# criteria as a_criteria / b_criteria (validated.preferences) are read too.
 
 
-def _last_assistant(conversation) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """The last assistant turn and the turns before it, after the first user turn (the prompt)."""
-    turns = [(str(t["role"]), str(t["content"])) for t in conversation]
-    last = max(i for i, (role, _) in enumerate(turns) if role == "assistant")
-    first_user = next(i for i, (role, _) in enumerate(turns) if role == "user")
-    return turns[last][1], tuple(turns[first_user + 1:last])
-
-
-def read_preference_file(path: Path) -> tuple[list[dict], list[dict]]:
-    """(pairs, quarantined): each scorable non-tie line as a pair; every other line with its reason."""
+def read_preference_file(path: Path, book: CriteriaBook) -> tuple[list[dict], list[dict]]:
+    """(pairs, quarantined): each scorable line (ties included) as a pair; every other line with its reason.
+    `book` gives a line with a scenario and no criteria that scenario's criteria."""
     pairs, quarantined = [], []
     with open(path, "rb") as handle:  # decoded line by line: one Latin-1 line is skipped, not the whole file
         for number, raw in enumerate(handle, start=1):
@@ -226,28 +222,36 @@ def read_preference_file(path: Path) -> tuple[list[dict], list[dict]]:
                 continue
             try:
                 line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-                pairs.append(_preference_pair(json.loads(line)))
+                pairs.append(preference_pair(json.loads(line), book))
             except UnicodeDecodeError as error:
                 quarantined.append({"line": number, "reason": f"not UTF-8 text ({error.reason} at byte "
                                                               f"{error.start})"})
             except RecursionError:
                 quarantined.append({"line": number, "reason": "JSON nested too deeply to parse"})
-            except (ValueError, KeyError, TypeError, StopIteration) as error:
-                reason = str(error) or type(error).__name__
-                quarantined.append({"line": number, "reason": f"{type(error).__name__}: {reason}"[:200]})
+            except RecordProblem as problem:
+                quarantined.append({"line": number, "reason": f"{problem.rule}: {problem.detail}"[:200]})
+            except (ValueError, KeyError, TypeError) as error:  # json.JSONDecodeError is a ValueError
+                quarantined.append({"line": number, "reason": f"{type(error).__name__}: {error}"[:200]})
     return pairs, quarantined
 
 
-def _preference_pair(row: dict) -> dict:
+def preference_pair(record: object, book: CriteriaBook) -> dict:
+    """One line as a pair scored under the winner's criteria (a tie: side A's)."""
+    if not isinstance(record, dict):
+        raise RecordProblem("not_an_object", f"the line is a JSON {type(record).__name__}, not an object")
+    row = user_row(record, book)
     winner = row["human_winner"]
-    if winner not in ("model_a", "model_b", "tie"):
-        raise ValueError(f"human_winner must be model_a, model_b or tie, not {winner!r}")
-    response_a, history_a = _last_assistant(row["model_a"])
-    response_b, history_b = _last_assistant(row["model_b"])
-    winner_criteria = row.get("a_criteria") if winner != "model_b" else row.get("b_criteria")
-    return {"idx": str(row["idx"]), "prompt": str(row["prompt"]), "response_a": response_a,
-            "response_b": response_b, "history": history_a, "human_winner": winner,
-            "criteria": tuple(str(c) for c in (winner_criteria or ()))}
+    side = "a_criteria" if winner != "model_b" else "b_criteria"
+    criteria = row[side]
+    if "criteria" not in record and side in record:
+        criteria = user_criteria({"criteria": record[side]})
+    if not row["prompt"].strip():
+        raise RecordProblem("empty_text", "the prompt is empty (no `prompt` and no user turn)")
+    turns = [(turn["role"], turn["content"]) for turn in row["model_a"]]
+    first_user = next((i for i, (role, _) in enumerate(turns) if role == "user"), -1)
+    return {"idx": str(record.get("idx", "")), "prompt": row["prompt"], "response_a": row["response_a"],
+            "response_b": row["response_b"], "history": tuple(turns[first_user + 1:-1]), "human_winner": winner,
+            "criteria": tuple(criteria)}
 
 
 def score_preference_pairs(pairs: list[dict], scorer, batch_size: int = 16) -> pd.DataFrame:

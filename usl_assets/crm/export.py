@@ -1,14 +1,16 @@
 """Exports that work without this project.
 
-- cross: adapter merged into the backbone, saved as a plain Hugging Face folder (config, safetensors, tokenizer
-  with its chat template) that `AutoModelForSequenceClassification.from_pretrained` loads; `usl_crm.json` holds
-  the system-prompt format.
+- cross: adapter merged into the backbone, saved as a plain Hugging Face folder (config, safetensors, tokenizer;
+  a decoder's with its chat template) that `AutoModelForSequenceClassification.from_pretrained` loads;
+  `usl_crm.json` holds the input format and the truncation rule that reproduce the scores.
 - factorized: the merged encoder (`encoder/`), the head (`head.safetensors`, `head.json`), the feature code
   (`usl_features.py`, a copy of crm/features.py), the pooling (`usl_pooling.py`, a copy of
-  usl_assets/pooling.py) and `load_factorized.py`, the short loader docs/crm.md shows.
+  usl_assets/pooling.py), the head's code (`usl_head.py`, FactorizedHead's source) and `load_factorized.py`, the
+  short loader docs/crm.md shows.
 - test splits: the paper's JSONL (idx, prompt, model_a, model_b, criteria, preference), one file per split.
 """
 
+import inspect
 import json
 import shutil
 from pathlib import Path
@@ -18,7 +20,8 @@ import pandas as pd
 from usl_assets import pooling as pooling_module
 from usl_assets.crm import features as features_module
 from usl_assets.crm.evaluate import TEST_SPLITS, stable_rank
-from usl_assets.crm.model import CRITERIA_INTRO, SYSTEM_PREAMBLE
+from usl_assets.crm.model import (CRITERIA_INTRO, SYSTEM_PREAMBLE, TRUNCATION_RULE, FactorizedHead, input_budget,
+                                  system_message)
 from usl_assets.crm.scorer import checkpoint_backbone, load_factorized_parts, load_merged_cross
 from usl_assets.crm.train import read_checkpoint_info
 
@@ -32,27 +35,13 @@ from transformers import AutoModel, AutoTokenizer
 
 from usl_features import feature_matrix
 from usl_pooling import mean_pool
-
-
-class Head(torch.nn.Module):
-    def __init__(self, dim, n_features, hidden):
-        super().__init__()
-        self.register_buffer("feature_mean", torch.zeros(n_features))
-        self.register_buffer("feature_std", torch.ones(n_features))
-        self.criteria_to_features = torch.nn.Linear(dim, n_features)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(3 * dim + 2 * n_features, hidden), torch.nn.GELU(),
-                                       torch.nn.Dropout(0.1), torch.nn.Linear(hidden, 1))
-
-    def forward(self, response, query, criteria, features):
-        f = (features - self.feature_mean) / self.feature_std
-        x = torch.cat([response, criteria * response, query * response, f, self.criteria_to_features(criteria) * f], -1)
-        return self.mlp(x).squeeze(-1)
+from usl_head import FactorizedHead
 
 
 def load(folder):
     folder = Path(folder)
     shape = json.loads((folder / "head.json").read_text())
-    head = Head(shape["dim"], shape["n_features"], shape["hidden"])
+    head = FactorizedHead(shape["dim"], shape["n_features"], shape["hidden"])
     head.load_state_dict(load_file(folder / "head.safetensors"))
     encoder = AutoModel.from_pretrained(folder / "encoder").eval()
     tokenizer = AutoTokenizer.from_pretrained(folder / "encoder")
@@ -75,6 +64,21 @@ def load(folder):
     return score
 '''
 
+CROSS_INPUT = {
+    "decoder": ("the tokenizer's chat template over [system, earlier turns, user: prompt, assistant: response], "
+                "tokenized without adding special tokens"),
+    "encoder": ("a text pair, tokenizer(first, response), first = system prompt + '\\n\\n' + earlier turns "
+                "(one a line, then '\\n') + prompt; the tokenizer has no chat template"),
+}
+HEAD_MODULE = '''"""The factorized CRM's head: FactorizedHead from usl_assets/crm/model.py, copied by `usl export-crm`."""
+import torch
+from torch import nn
+
+from usl_features import FEATURE_NAMES
+
+
+'''
+
 
 def export_cross(checkpoint_dir: Path, out_dir: Path) -> Path:
     info = read_checkpoint_info(checkpoint_dir)
@@ -82,14 +86,16 @@ def export_cross(checkpoint_dir: Path, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     model.to("cpu").save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+    kind, max_length = info["backbone"]["kind"], info["hyperparameters"]["max_length"]
     (out_dir / "usl_crm.json").write_text(json.dumps({
         "checkpoint_id": info["checkpoint_id"],
         "backbone": info["backbone"]["identity"],
-        "kind": info["backbone"]["kind"],
-        "max_length": info["hyperparameters"]["max_length"],
+        "kind": kind,
+        "max_length": max_length,
         "system_prompt": f"{SYSTEM_PREAMBLE} {CRITERIA_INTRO}\n* <criterion>\n* <criterion>",
-        "input": ("decoder: chat template of [system, user, assistant]; encoder: text pair "
-                  "(system prompt + \\n\\n + prompt, response)"),
+        "system_prompt_without_criteria": system_message(()),
+        "input": CROSS_INPUT[kind],
+        "truncation": {"rule": TRUNCATION_RULE, "max_tokens": input_budget(max_length)},
         "reward": "logits[:, 0]; only differences under the same criteria mean anything",
     }, indent=2), encoding="utf-8")
     return out_dir
@@ -105,6 +111,7 @@ def export_factorized(checkpoint_dir: Path, out_dir: Path) -> Path:
         shutil.copyfile(checkpoint_dir / name, out_dir / name)
     shutil.copyfile(features_module.__file__, out_dir / "usl_features.py")
     shutil.copyfile(pooling_module.__file__, out_dir / "usl_pooling.py")
+    (out_dir / "usl_head.py").write_text(HEAD_MODULE + inspect.getsource(FactorizedHead), encoding="utf-8")
     (out_dir / "load_factorized.py").write_text(FACTORIZED_LOADER, encoding="utf-8")
     return out_dir
 

@@ -2,7 +2,7 @@
 
 - cross (the paper's): one sequence per (criteria, conversation, response) through a sequence classifier with one
   output. Decoders get the criteria as a system message through the chat template; encoders get a text pair
-  ([CLS] criteria + prompt [SEP] response). LoRA adapters, the score head fully trained (peft modules_to_save).
+  ([CLS] criteria + prompt [SEP] response). Both cut their parts by the same token budget (`input_budget`). LoRA adapters, the score head fully trained (peft modules_to_save).
 - factorized: one LoRA-tuned encoder embeds the criteria, the query and the response separately (mean pooling);
   a small head scores a response from those embeddings and the response's measured features
   (crm/features.py), so response embeddings can be cached and a new criterion costs one short encoder pass.
@@ -51,23 +51,42 @@ def clip_text(tokenizer, text: str, max_tokens: int) -> str:
 
 
 def encode_cross(tokenizer, kind: str, items: list[ScoreItem], max_length: int) -> list[dict]:
-    """Token ids per item, unpadded. The criteria (heaviest first) get at most a third of the budget, the prompt
-    and history a sixth, the response the rest, so truncation never removes the response (the decoder's score
-    is read at its end)."""
+    """Token ids per item, unpadded, both kinds cut by `budgeted_context`, so truncation never removes the prompt
+    or the response (the decoder's score is read at its end)."""
     if kind == "decoder":
         return [_encode_decoder(tokenizer, item, max_length) for item in items]
     return [_encode_encoder(tokenizer, item, max_length) for item in items]
 
 
-def _encode_decoder(tokenizer, item: ScoreItem, max_length: int) -> dict:
-    third, sixth = max_length // 3, max_length // 6
-    messages = [{"role": "system", "content": clip_text(tokenizer, system_message(item.criteria), third)}]
-    history_budget = sixth
+def input_budget(max_length: int) -> dict[str, int]:
+    """Token budgets of a cross input: the system message (criteria, heaviest first) at most a third, the
+    history and the prompt a sixth each; the response gets the rest."""
+    return {"system": max_length // 3, "history": max_length // 6, "prompt": max_length // 6}
+
+
+TRUNCATION_RULE = (
+    "Counted in tokens of this tokenizer without special tokens; each part keeps its longest prefix that fits. "
+    "system message <= max_length // 3; earlier turns share max_length // 6 (each gets half of what the turns "
+    "before it left); prompt <= max_length // 6; the response gets the rest: decoder, max_length minus the "
+    "templated [system, history, user] minus 8; encoder, the text pair truncated 'only_second' to max_length.")
+
+
+def budgeted_context(tokenizer, item: ScoreItem, max_length: int) -> tuple[str, list[tuple[str, str]], str]:
+    """(system message, history turns, prompt), each clipped to its share of `input_budget`."""
+    budget = input_budget(max_length)
+    system = clip_text(tokenizer, system_message(item.criteria), budget["system"])
+    history, left = [], budget["history"]
     for role, content in item.history:
-        part = clip_text(tokenizer, content, history_budget // 2)
-        history_budget -= history_budget // 2
-        messages.append({"role": role, "content": part})
-    messages.append({"role": "user", "content": clip_text(tokenizer, item.prompt, sixth)})
+        history.append((role, clip_text(tokenizer, content, left // 2)))
+        left -= left // 2
+    return system, history, clip_text(tokenizer, item.prompt, budget["prompt"])
+
+
+def _encode_decoder(tokenizer, item: ScoreItem, max_length: int) -> dict:
+    system, history, prompt = budgeted_context(tokenizer, item, max_length)
+    messages = [{"role": "system", "content": system}]
+    messages += [{"role": role, "content": content} for role, content in history]
+    messages.append({"role": "user", "content": prompt})
     prefix_tokens = len(tokenizer(tokenizer.apply_chat_template(messages, tokenize=False),
                                   add_special_tokens=False)["input_ids"])
     # 8 tokens leave room for the assistant turn's own markers.
@@ -78,10 +97,14 @@ def _encode_decoder(tokenizer, item: ScoreItem, max_length: int) -> dict:
     return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
 
 
+def encoder_first_text(system: str, history: list[tuple[str, str]], prompt: str) -> str:
+    """An encoder's first segment: system message, blank line, earlier turns (one a line), prompt."""
+    context = "\n".join(content for _, content in history)
+    return system + "\n\n" + (context + "\n" if context else "") + prompt
+
+
 def _encode_encoder(tokenizer, item: ScoreItem, max_length: int) -> dict:
-    context = "\n".join(content for _, content in item.history)
-    first = system_message(item.criteria) + "\n\n" + (context + "\n" if context else "") + item.prompt
-    first = clip_text(tokenizer, first, max_length // 2)
+    first = encoder_first_text(*budgeted_context(tokenizer, item, max_length))
     encoded = tokenizer(first, item.response, truncation="only_second", max_length=max_length)
     return dict(encoded)
 
@@ -92,13 +115,15 @@ def collate(tokenizer, encoded: list[dict], device: torch.device) -> dict[str, t
 
 
 def load_cross_model(backbone: Backbone, device: torch.device, dtype: torch.dtype, seed: int):
-    """Backbone + a fresh, seeded one-output score head (eval mode) and its tokenizer."""
+    """Backbone + a fresh, seeded one-output score head (eval mode) and its tokenizer. The head is drawn from
+    a forked CPU generator (weights are built on the CPU), so loading leaves the caller's torch RNG untouched."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(backbone.path)
     tokenizer.padding_side = "right"
-    model = AutoModelForSequenceClassification.from_pretrained(backbone.path, num_labels=1, dtype=dtype)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForSequenceClassification.from_pretrained(backbone.path, num_labels=1, dtype=dtype)
     model.config.pad_token_id = tokenizer.pad_token_id
     return model.to(device).eval(), tokenizer
 
