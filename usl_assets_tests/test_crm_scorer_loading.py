@@ -29,7 +29,7 @@ def adapter_on_base_scores(checkpoint, with_adapter: bool = True) -> np.ndarray:
     from safetensors.torch import load_file
 
     info = json.loads((checkpoint / "crm.json").read_text())
-    backbone = scorer._checkpoint_backbone(info)
+    backbone = scorer.checkpoint_backbone(info)
     encoder, tokenizer = load_encoder(backbone, torch.device("cpu"), None)
     if with_adapter:
         encoder = PeftModel.from_pretrained(encoder, checkpoint / "adapter")

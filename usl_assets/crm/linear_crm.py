@@ -25,8 +25,9 @@ class CriteriaEncoder:
     """The frozen backbone as a criteria embedder (mean pooling, L2 norm), with an in-memory cache."""
 
     def __init__(self, backbone: Backbone, max_length: int):
-        torch.manual_seed(0)
-        self.encoder, self.tokenizer = load_encoder(backbone, torch.device("cpu"), None)
+        with torch.random.fork_rng(devices=[]):  # seeded load, the caller's RNG untouched
+            torch.manual_seed(0)
+            self.encoder, self.tokenizer = load_encoder(backbone, torch.device("cpu"), None)
         self.encoder.eval()
         self.max_length = max_length
         self._cache: dict[str, np.ndarray] = {}

@@ -15,7 +15,8 @@ import pandas as pd
 
 from usl_assets.preferences.criteria import criteria_texts, load_scenarios
 from usl_assets.preferences.sources import raw_record
-from usl_assets.resources import Warehouse
+from usl_assets.preferences.typed_tables import JSON_SHAPES, is_missing, plain_values
+from usl_assets.preferences.typed_tables import write_typed_table  # noqa: F401 (callers use canonical's)
 
 SOURCES = ("autoj", "pandalm", "hh_rlhf_harmless", "alpaca_eval_judge", "user")
 LABEL_KINDS = ("human", "ai_judge")
@@ -48,10 +49,6 @@ STAGING_TYPES = {
     "record": "VARCHAR",
     "conversion_rule": "VARCHAR",
     "conversion_detail": "VARCHAR",
-}
-_JSON_SHAPES = {
-    'STRUCT("role" VARCHAR, "content" VARCHAR)[]': '[{"role": "VARCHAR", "content": "VARCHAR"}]',
-    "VARCHAR[]": '["VARCHAR"]',
 }
 
 
@@ -365,55 +362,10 @@ def as_staging_frame(rows: list[dict]) -> pd.DataFrame:
     return frame.where(frame.notna(), None)
 
 
-def as_json_lists(frame: pd.DataFrame, types: dict[str, str]) -> pd.DataFrame:
-    """`frame`'s typed columns with missing values as None and list/conversation columns as JSON text."""
-    frame = frame[list(types)].astype(object)
-    frame = frame.where(frame.notna(), None)
-    for name, kind in types.items():
-        if kind in _JSON_SHAPES:
-            frame[name] = [None if _missing(value) else json.dumps(value, ensure_ascii=False)
-                           for value in _plain(frame[name])]
-    return frame
-
-
-def _missing(value: object) -> bool:
-    return value is None or value is pd.NA or (isinstance(value, float) and value != value)
-
-
-def _plain(column: pd.Series) -> list:
-    return [_plain_value(value) for value in column]
-
-
-def _plain_value(value: object) -> object:
-    """numpy arrays (and the dicts inside them) from DuckDB as plain lists and dicts."""
-    if hasattr(value, "tolist"):
-        value = value.tolist()
-    if isinstance(value, list):
-        return [dict(item) if isinstance(item, dict) else item for item in value]
-    return value
-
-
-def write_typed_table(warehouse: Warehouse, table: str, frame: pd.DataFrame, types: dict[str, str]) -> int:
-    """Replace `table` with `frame` (plain Python values or what DuckDB returned), each column cast to its type."""
-    selects = [
-        f"from_json({_ident(column)}, '{_JSON_SHAPES[kind]}') AS {_ident(column)}" if kind in _JSON_SHAPES
-        else f"CAST({_ident(column)} AS {kind}) AS {_ident(column)}"
-        for column, kind in types.items()
-    ]
-    with warehouse.transaction() as writer:
-        return writer.replace_table(table, as_json_lists(frame, types),
-                                    select=f"SELECT {', '.join(selects)} FROM _frame")
-
-
-def _ident(column: str) -> str:
-    """A quoted SQL identifier (raw tables take their column names from the file's keys)."""
-    return '"' + column.replace('"', '""') + '"'
-
-
 def to_python_lists(frame: pd.DataFrame) -> pd.DataFrame:
     """List columns read back from DuckDB arrive as numpy arrays; make them plain lists of plain values."""
     frame = frame.copy()
     for name, kind in CANONICAL_TYPES.items():
-        if name in frame and kind in _JSON_SHAPES:
-            frame[name] = [None if _missing(value) else value for value in _plain(frame[name])]
+        if name in frame and kind in JSON_SHAPES:
+            frame[name] = [None if is_missing(value) else value for value in plain_values(frame[name])]
     return frame
