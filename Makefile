@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test ui status serve dagster-home clean
+.PHONY: install run test test-deployment ui status serve dagster-home clean
 
 install: $(VENV)/.installed
 
@@ -40,6 +40,10 @@ run: install dagster-home
 
 test: install
 	$(BIN)/python -m pytest
+
+# The shared deployment for real (Postgres, daemon, run queue, multiprocess executor): ~12 minutes, on request.
+test-deployment: install
+	USL_DEPLOYMENT_TEST=1 $(BIN)/python -m pytest -s usl_assets_tests/test_deployment_postgres.py
 
 ui: install dagster-home
 	$(BIN)/dagster dev -w workspace.yaml
