@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from usl_assets.leaderboards import ranking, sql_models
+from usl_assets.leaderboards import incremental, ranking, sql_models
 from usl_assets.preferences.criteria import load_scenarios
 from usl_assets.resources import Warehouse
 
@@ -94,7 +94,7 @@ def main() -> None:
         pairs = warehouse.read_table("leaderboard.pairwise_comparisons")
         settings = ranking.BootstrapSettings(usl_rounds=args.usl_rounds, bt_rounds=args.bt_rounds)
         started = time.perf_counter()
-        table = ranking.rank_all(reference_wins, pairs, settings)
+        table = incremental.rank_all(reference_wins, pairs, settings)
         seconds = time.perf_counter() - started
         slices = table.groupby(["pool", "profile", "scenario", "method"]).ngroups
         print(f"rankings: {len(table):,} rows, {slices} leaderboards (pool × profile × topic × method) in "

@@ -15,7 +15,7 @@ from usl_assets.crm.interface import ScoreItem
 from usl_assets.crm.linear import TrainingTimeLimit
 from usl_assets.crm.scorer import load_scorer
 from usl_assets.crm.train import TrainConfig, train_crm
-from usl_assets.leaderboards import ranking
+from usl_assets.leaderboards import incremental, ranking
 from usl_assets.leaderboards.adhoc_comparisons import reference_wins_from_rewards
 from usl_assets_tests.crm_data_inputs import scenario_criteria_frame, tagged_preferences_frame
 
@@ -106,7 +106,7 @@ def rank_judge_rows(test: pd.DataFrame, scorer) -> pd.DataFrame:
     wins = reference_wins_from_rewards(rewards, "gpt4_1106_preview")
     empty_pairs = pd.DataFrame(columns=["pool", "profile", "prompt_id", "scenario", "scenario_group", "model_a",
                                         "model_b", "a_score"])
-    return ranking.rank_all(wins, empty_pairs, ranking.BootstrapSettings(usl_rounds=50, bt_rounds=20))
+    return incremental.rank_all(wins, empty_pairs, ranking.BootstrapSettings(usl_rounds=50, bt_rounds=20))
 
 
 def test_the_wall_clock_safety_net_fails_the_training_and_ships_nothing(table, backbone, tmp_path):

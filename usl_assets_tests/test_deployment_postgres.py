@@ -215,7 +215,7 @@ def test_the_shared_deployment_runs_the_graph_serializes_writers_and_takes_an_in
     wait_for(lambda: len(intake_runs()) == 2, "the second intake run", log)
     second_done = time.monotonic()
     rebuilt = wait_for(lambda: [r for r in instance.get_runs(filters=dg.RunsFilter(
-        job_name="leaderboards_job", tags={"usl/after_added_model": key})) if r.status in FINISHED],
+        job_name="leaderboards_after_model_job", tags={"usl/after_added_model": key})) if r.status in FINISHED],
         "the leaderboards run after the inbox model", log)
     assert [r.status for r in rebuilt] == [dg.DagsterRunStatus.SUCCESS], failure_message(instance, rebuilt[0].run_id)
     time.sleep(max(0.0, 35 - (time.monotonic() - second_done)))  # two ticks of the sensors after the second intake
@@ -227,7 +227,7 @@ def test_the_shared_deployment_runs_the_graph_serializes_writers_and_takes_an_in
     assert model_rows(database, [INBOX_MODEL])[response_tables.RESPONSES_TABLE] == {INBOX_MODEL: 805}
     # One rebuild per added model: the inbox one; none after the two `usl add-model --no-leaderboards` runs.
     from_sensor = instance.get_runs(filters=dg.RunsFilter(
-        job_name="leaderboards_job", tags={"dagster/sensor_name": "leaderboards_after_new_model"}))
+        job_name="leaderboards_after_model_job", tags={"dagster/sensor_name": "leaderboards_after_new_model"}))
     assert [r.tags["usl/after_added_model"] for r in from_sensor] == [key]
     print(f"graph {graph_seconds:.0f} s, two add-model {add_seconds:.0f} s, inbox "
           f"{time.monotonic() - started - graph_seconds - add_seconds:.0f} s")

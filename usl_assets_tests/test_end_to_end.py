@@ -20,6 +20,7 @@ SMALL_SLICES = {
     "raw_alpaca_eval_judgments": {"max_prompts": 20},
     "prompt_sample": {"per_scenario": 1, "full_pool": False},
     "rankings": {"usl_bootstrap_rounds": 50, "bt_bootstrap_rounds": 5},
+    "bradley_terry_ratings": {"usl_bootstrap_rounds": 50, "bt_bootstrap_rounds": 5},
 }
 
 

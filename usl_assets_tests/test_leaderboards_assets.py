@@ -9,14 +9,17 @@ from usl_assets.leaderboards import assets as leaderboard_assets
 from usl_assets.resources import DataDir, UslHome, Warehouse
 from usl_assets_tests.test_leaderboards_fixtures import ALPACA_MODELS, NAMED_PROFILE, UNRANKED_REASONS, write_upstream
 
-GROUP_ASSETS = [*leaderboard_assets.sql_assets, leaderboard_assets.reference_models, leaderboard_assets.rankings,
+GROUP_ASSETS = [*leaderboard_assets.sql_assets, leaderboard_assets.reference_models,
+                leaderboard_assets.bradley_terry_ratings, leaderboard_assets.rankings,
                 leaderboard_assets.external_validity, leaderboard_assets.contradiction_vs_leaderboard,
                 leaderboard_assets.published_warehouse]
 GROUP_CHECKS = [*leaderboard_assets.sql_checks, leaderboard_assets.reference_models_present,
+                leaderboard_assets.bradley_terry_well_formed,
                 leaderboard_assets.rankings_consistent, leaderboard_assets.external_validity_measured,
                 leaderboard_assets.leaderboard_beats_length_baseline, leaderboard_assets.contradiction_in_range,
                 leaderboard_assets.published_copy_matches, leaderboard_assets.unranked_rewards_by_reason]
-FAST = {"ops": {"rankings": {"config": {"usl_bootstrap_rounds": 300, "bt_bootstrap_rounds": 30}}}}
+FAST = {"ops": {name: {"config": {"usl_bootstrap_rounds": 300, "bt_bootstrap_rounds": 30}}
+                for name in ("rankings", "bradley_terry_ratings")}}
 
 
 def materialize_leaderboards(usl_env, run_config=FAST) -> dg.ExecuteInProcessResult:
@@ -65,7 +68,7 @@ def test_checks_pass_and_validity_and_contradiction_are_measured(built):
     warehouse, _, result = built
     evaluations = {e.asset_check_key.name: e for e in result.get_asset_check_evaluations()}
     for name in ["response_scores_contract", "reference_comparisons_contract", "pairwise_comparisons_contract",
-                 "model_lengths_contract", "reference_models_present", "rankings_consistent",
+                 "model_lengths_contract", "reference_models_present", "bradley_terry_well_formed", "rankings_consistent",
                  "external_validity_measured", "contradiction_in_range", "published_copy_matches"]:
         assert evaluations[name].passed, name
     unranked = warehouse.read_table("leaderboard.unranked_rewards")

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from usl_assets.leaderboards import ranking
+from usl_assets.leaderboards import incremental, ranking
 
 SETTINGS = ranking.BootstrapSettings(usl_rounds=500, bt_rounds=100, seed=7)
 
@@ -82,7 +82,7 @@ def test_rank_all_covers_every_topic_and_every_method():
         "reward_diff": [0.0, 2.0, 0.0, -1.0], "length_diff": [0, 100, 0, -50]})
     pairs = pd.DataFrame({"pool": "p", "profile": "default", "prompt_id": ["1", "2"], "scenario": ["s1", "s2"],
                           "scenario_group": "G", "model_a": "ref", "model_b": "x", "a_score": [0.0, 1.0]})
-    table = ranking.rank_all(reference_wins, pairs, SETTINGS, temperature=1.0)
+    table = incremental.rank_all(reference_wins, pairs, SETTINGS, temperature=1.0)
     assert list(table.columns) == ranking.RANKING_COLUMNS
     topics = set(map(tuple, table[["level", "scenario", "method"]].drop_duplicates().to_numpy()))
     assert topics == {(level, topic, method) for level, topic in [("all", "all"), ("group", "G"), ("scenario", "s1"),
@@ -107,8 +107,8 @@ def test_usl_soft_follows_the_calibrated_temperature():
 def test_usl_lc_removes_a_win_rate_that_only_length_explains():
     rng = np.random.default_rng(0)
     n = 400
-    verbose_length, steady_length = rng.normal(400, 200, n), rng.normal(0, 200, n)
-    scale = float(np.std(np.concatenate([verbose_length, steady_length]), ddof=1))
+    verbose_length, steady_length = rng.normal(400, 200, n), rng.normal(0, 300, n)
+    scale = float(np.std(verbose_length, ddof=1))  # each model's own spread (AlpacaEval 2's unit)
     # "verbose" wins by being longer: at equal length it would win σ(-2) = 11.9%; "steady" wins σ(0.85) always.
     rows = pd.concat([
         pd.DataFrame({"prompt_id": np.arange(n).astype(str), "model": "verbose", "length_diff": verbose_length,
@@ -116,8 +116,9 @@ def test_usl_lc_removes_a_win_rate_that_only_length_explains():
         pd.DataFrame({"prompt_id": np.arange(n).astype(str), "model": "steady", "length_diff": steady_length,
                       "reward_diff": 0.85}),
     ])
-    assert ranking.length_scale_of(rows) == pytest.approx(scale)
-    lc = ranking.score_method("usl_lc", rows, SETTINGS, np.random.default_rng(0), 1.0, scale).set_index("model")
+    lengths = rows.pivot_table(index="prompt_id", columns="model", values="length_diff")
+    assert ranking.length_scales(lengths.to_numpy())[list(lengths.columns).index("verbose")] == pytest.approx(scale)
+    lc = ranking.score_method("usl_lc", rows, SETTINGS, np.random.default_rng(0), 1.0).set_index("model")
     raw = ranking.score_method("usl_soft", rows, SETTINGS, np.random.default_rng(0), 1.0).set_index("model")
     assert raw.loc["verbose", "score"] > raw.loc["steady", "score"]  # length makes it look better
     assert lc.loc["verbose", "score"] == pytest.approx(100 / (1 + np.exp(2.0)), abs=0.5)

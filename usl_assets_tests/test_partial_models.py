@@ -48,17 +48,19 @@ def test_a_model_whose_prompts_miss_the_sample_is_scored_as_nothing(partial_env)
 
 def test_models_below_the_minimum_coverage_are_listed_with_the_reason_not_ranked(partial_env, capsys, monkeypatch):
     from usl_assets import cli
-    from usl_assets.leaderboards.assets import rankings, reference_models, sql_assets
+    from usl_assets.leaderboards.assets import bradley_terry_ratings, rankings, reference_models, sql_assets
 
     env, instance = partial_env
     for model in MODELS + ["partial", "sparse"]:
         assert dg.materialize([response_rewards], resources=env, instance=instance,
                               partition_key=f"alpaca_eval:{model}").success
-    fast = {"ops": {"rankings": {"config": {"usl_bootstrap_rounds": 50, "bt_bootstrap_rounds": 5}}}}
+    fast = {"ops": {name: {"config": {"usl_bootstrap_rounds": 50, "bt_bootstrap_rounds": 5}}
+                    for name in ("rankings", "bradley_terry_ratings")}}
     warehouse = env["warehouse"]
     checkpoints = warehouse.query("SELECT DISTINCT checkpoint_id FROM scoring.response_rewards")["checkpoint_id"]
     warehouse.replace_table("crm.calibration", pd.DataFrame({"checkpoint_id": checkpoints, "temperature": 1.0}))
-    assert dg.materialize([*sql_assets, reference_models, rankings], resources=env, run_config=fast).success
+    assert dg.materialize([*sql_assets, reference_models, bradley_terry_ratings, rankings], resources=env,
+                          run_config=fast).success
     coverage = warehouse.query("SELECT model, scored_prompts, sampled_prompts, coverage FROM "
                                "leaderboard.model_coverage ORDER BY model").values.tolist()
     assert coverage == [["claude-2.1", 4, 4, 1.0], ["gpt4_1106_preview", 4, 4, 1.0], ["partial", 0, 4, 0.0],

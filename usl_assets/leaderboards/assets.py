@@ -8,7 +8,7 @@ import duckdb
 import pandas as pd
 from pydantic import Field
 
-from usl_assets.leaderboards import ranking, validity
+from usl_assets.leaderboards import incremental, ranking, validity
 from usl_assets.leaderboards.sql_models import GROUP, build_sql_models
 from usl_assets.resources import WAREHOUSE_POOL, DataDir, Warehouse
 from usl_assets.responses.sensors import ADDED_MODEL_TAG, IN_PROCESS_EXECUTION, REBUILD_LEADERBOARDS_TAG
@@ -90,41 +90,117 @@ class RankingConfig(dg.Config):
                                 "model needs rewards for to be ranked; the others → leaderboard.unranked_models")
 
 
-@dg.asset(group_name=GROUP, deps=["reference_comparisons", "pairwise_comparisons", "model_coverage", "crm_evaluation"],
-          pool=WAREHOUSE_POOL, kinds={"duckdb", "python"},
-          description="leaderboard.rankings: usl_soft (default), usl, usl_lc and Bradley–Terry per pool × profile × "
-                      "topic (all, scenario group, scenario) with bootstrap intervals and overlap-tied ranks, for "
-                      "models with enough coverage (usl_soft's temperature from crm.calibration); "
-                      "leaderboard.unranked_models: the others, with the reason")
-def rankings(context: dg.AssetExecutionContext, config: RankingConfig, warehouse: Warehouse) -> dg.MaterializeResult:
+def ranking_inputs(context: dg.AssetExecutionContext, warehouse: Warehouse, config: RankingConfig):
+    """The unranked models (logged) and the settings every ranking asset shares."""
     unranked = ranking.unranked_models(warehouse.read_table("leaderboard.model_coverage"), config.min_coverage)
-    warehouse.replace_table("leaderboard.unranked_models", unranked, "models left off the rankings, with the reason")
     for row in unranked.itertuples():
         context.log.warning(f"{row.pool}/{row.model} not ranked: {row.reason}")
-    reference_wins, pairs = ranking.only_ranked(warehouse.read_table("leaderboard.reference_comparisons"),
-                                                warehouse.read_table("leaderboard.pairwise_comparisons"), unranked)
     settings = ranking.BootstrapSettings(config.usl_bootstrap_rounds, config.bt_bootstrap_rounds,
                                          config.confidence, config.seed)
+    return unranked, settings
+
+
+@dg.asset(group_name=GROUP, deps=["pairwise_comparisons", "model_coverage"], pool=WAREHOUSE_POOL,
+          kinds={"duckdb", "python"},
+          description="leaderboard.bradley_terry: Bradley–Terry ratings per pool × profile × topic with bootstrap "
+                      "intervals, one joint fit of every ranked model (so it is refit by `usl run` and the nightly "
+                      "schedule, not after each added model: see leaderboards_after_model_job)")
+def bradley_terry_ratings(context: dg.AssetExecutionContext, config: RankingConfig,
+                          warehouse: Warehouse) -> dg.MaterializeResult:
+    unranked, settings = ranking_inputs(context, warehouse, config)
+    pairs = ranking.only_ranked(warehouse.read_table("leaderboard.pairwise_comparisons"), unranked,
+                                "model_a", "model_b")
     started = time.perf_counter()
-    context.log.info(f"ranking {len(reference_wins):,} reference comparisons and {len(pairs):,} model pairs")
+    context.log.info(f"fitting Bradley–Terry on {len(pairs):,} model pairs")
 
     def progress(done: int, total: int) -> None:
         elapsed = time.perf_counter() - started
-        context.log.info(f"ranked {done}/{total} pool × profile slices ({elapsed:.1f} s, {done / elapsed:.2f}/s)")
+        context.log.info(f"fitted {done}/{total} pool × profile slices ({elapsed:.1f} s, {done / elapsed:.2f}/s)")
+
+    table = ranking.bradley_terry_table(pairs, settings, progress=progress)
+    warehouse.replace_table("leaderboard.bradley_terry", table, "Bradley–Terry ratings with 95% intervals")
+    models = table[table["scenario"] == "all"].groupby("pool")["model"].nunique()
+    return dg.MaterializeResult(metadata={
+        **warehouse.table_metadata("leaderboard.bradley_terry"),
+        "seconds": dg.MetadataValue.float(round(time.perf_counter() - started, 2)),
+        "models_per_pool": dg.MetadataValue.json({str(k): int(v) for k, v in models.items()})})
+
+
+@dg.asset_check(asset=bradley_terry_ratings, pool=WAREHOUSE_POOL,
+                description="finite ratings and intervals, one row per model and topic, ranks between 1 and the "
+                            "model count")
+def bradley_terry_well_formed(warehouse: Warehouse) -> dg.AssetCheckResult:
+    counts = warehouse.query("""
+        SELECT
+            count(*) FILTER (WHERE NOT (isfinite(score) AND isfinite(ci_low) AND isfinite(ci_high))) AS not_finite,
+            count(*) FILTER (WHERE rank < 1 OR rank > models) AS bad_rank,
+            count(*) - count(DISTINCT (pool, profile, level, scenario, model)) AS duplicates
+        FROM (SELECT *, count(*) OVER (PARTITION BY pool, profile, level, scenario) AS models
+              FROM leaderboard.bradley_terry)
+    """).iloc[0]
+    return dg.AssetCheckResult(passed=int(counts.sum()) == 0,
+                               metadata={name: dg.MetadataValue.int(int(value)) for name, value in counts.items()})
+
+
+@dg.asset(group_name=GROUP, deps=["reference_comparisons", "model_coverage", "crm_evaluation", bradley_terry_ratings],
+          pool=WAREHOUSE_POOL, kinds={"duckdb", "python"},
+          description="leaderboard.rankings: usl_soft (default), usl, usl_lc and Bradley–Terry per pool × profile × "
+                      "topic (all, scenario group, scenario) with bootstrap intervals and overlap-tied ranks, for "
+                      "models with enough coverage (usl_soft's temperature from crm.calibration); the per-model "
+                      "methods are recomputed only for models whose comparisons changed (leaderboard.ranking_inputs)"
+                      ", Bradley–Terry is copied from leaderboard.bradley_terry; leaderboard.unranked_models: the "
+                      "models left off, with the reason")
+def rankings(context: dg.AssetExecutionContext, config: RankingConfig, warehouse: Warehouse) -> dg.MaterializeResult:
+    unranked, settings = ranking_inputs(context, warehouse, config)
+    warehouse.replace_table("leaderboard.unranked_models", unranked, "models left off the rankings, with the reason")
+    reference_wins = ranking.only_ranked(warehouse.read_table("leaderboard.reference_comparisons"), unranked,
+                                         "model")
+    started = time.perf_counter()
+    context.log.info(f"ranking {len(reference_wins):,} reference comparisons")
+
+    def progress(done: int, total: int, recomputed: int) -> None:
+        elapsed = time.perf_counter() - started
+        context.log.info(f"ranked {done}/{total} pool × profile slices, {recomputed} model(s) scored afresh in the "
+                         f"last ({elapsed:.1f} s)")
 
     temperature = calibrated_temperature(warehouse, set(reference_wins.get("checkpoint_id", pd.Series()).dropna()))
     context.log.info(f"usl_soft temperature k = {temperature:.3f} (crm.calibration)")
-    table = ranking.rank_all(reference_wins, pairs, settings, progress=progress, temperature=temperature)
-    warehouse.replace_table("leaderboard.rankings", table, "USL score and Bradley–Terry rating with 95% intervals")
+    previous = [warehouse.read_table(t) if warehouse.table_exists(t) else None
+                for t in ("leaderboard.rankings", "leaderboard.ranking_inputs")]
+    per_model, inputs, recomputed = incremental.rank_per_model(reference_wins, settings, temperature, *previous,
+                                                               progress=progress)
+    bradley_terry = warehouse.read_table("leaderboard.bradley_terry")
+    table = pd.concat([per_model, bradley_terry], ignore_index=True)[ranking.RANKING_COLUMNS]
+    stale_bt = stale_bradley_terry(per_model, bradley_terry)
+    if len(stale_bt):
+        context.log.warning(f"Bradley–Terry has no rating yet for {', '.join(stale_bt)}: it is refit by `usl run` "
+                            "or the nightly schedule (leaderboards_job)")
+    with warehouse.transaction() as writer:  # both or neither: the fingerprints describe the rankings' rows
+        writer.replace_table("leaderboard.rankings", table,
+                             description="USL score and Bradley–Terry rating with 95% intervals")
+        writer.replace_table("leaderboard.ranking_inputs", inputs, description="fingerprints of the comparisons "
+                             "each model's per-model rankings were computed from")
     top = table[(table["profile"] == "default") & (table["scenario"] == "all")]
     return dg.MaterializeResult(metadata={
         **warehouse.table_metadata("leaderboard.rankings"),
         "seconds": dg.MetadataValue.float(round(time.perf_counter() - started, 2)),
+        "models_scored_afresh": dg.MetadataValue.int(int(recomputed[["pool", "model"]].drop_duplicates().shape[0])),
+        "models_reused": dg.MetadataValue.int(int(inputs[["pool", "model"]].drop_duplicates().shape[0]
+                                                  - recomputed[["pool", "model"]].drop_duplicates().shape[0])),
+        "bradley_terry_missing": dg.MetadataValue.text(", ".join(stale_bt) or "none"),
         "pools": dg.MetadataValue.int(int(table["pool"].nunique())),
         "profiles": dg.MetadataValue.int(int(table["profile"].nunique())),
         "default_leaderboard": markdown(top.drop(columns=["level", "scenario", "profile"]), digits=1),
         "unranked_models": markdown(unranked, digits=2),
     })
+
+
+def stale_bradley_terry(per_model: pd.DataFrame, bradley_terry: pd.DataFrame) -> list[str]:
+    """pool/model of ranked models that the last Bradley–Terry fit did not include."""
+    ranked = set(map(tuple, per_model[["pool", "model"]].drop_duplicates().to_numpy()))
+    fitted = set(map(tuple, bradley_terry[["pool", "model"]].drop_duplicates().to_numpy()))
+    pools = {pool for pool, _ in fitted}
+    return sorted(f"{pool}/{model}" for pool, model in ranked - fitted if pool in pools)
 
 
 @dg.asset_check(asset=rankings, pool=WAREHOUSE_POOL,
@@ -270,6 +346,15 @@ leaderboards_job = dg.define_asset_job(
     "leaderboards_job", selection=dg.AssetSelection.groups(GROUP),
     description="rebuild every leaderboard table from the current rewards and publish the warehouse copy")
 
+# After one new model: everything but Bradley–Terry's joint fit (its pairs grow with N², its refit with every
+# model), so the rebuild costs about the new model's own scores; leaderboards_job refits it (usl run, nightly).
+JOINT_FIT = dg.AssetSelection.assets("pairwise_comparisons", bradley_terry_ratings)
+leaderboards_after_model_job = dg.define_asset_job(
+    "leaderboards_after_model_job", selection=dg.AssetSelection.groups(GROUP) - JOINT_FIT,
+    description="rebuild the leaderboards after a new model: the per-model rankings of the new model only (the "
+                "others are reused), every table downstream and the published copy; Bradley–Terry waits for "
+                "leaderboards_job")
+
 # Stopped by default: the embedded profile runs no daemon and `usl run` builds everything once; a deployment
 # with a daemon turns it on (UI or `dagster schedule start leaderboards_nightly`). See docs/leaderboards.md.
 leaderboards_nightly = dg.ScheduleDefinition(
@@ -279,7 +364,7 @@ leaderboards_nightly = dg.ScheduleDefinition(
 @dg.run_status_sensor(
     name="leaderboards_after_new_model",
     run_status=dg.DagsterRunStatus.SUCCESS,
-    request_job=leaderboards_job,
+    request_job=leaderboards_after_model_job,
     minimum_interval_seconds=15,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="When a new model's partition run from the inbox (tag usl/rebuild_leaderboards, set by "
@@ -297,12 +382,12 @@ def leaderboards_after_new_model(context: dg.RunStatusSensorContext):
 
 
 defs = dg.Definitions(
-    assets=[*sql_assets, reference_models, rankings, external_validity, contradiction_vs_leaderboard,
-            published_warehouse],
-    asset_checks=[*sql_checks, reference_models_present, rankings_consistent, external_validity_measured,
-                  leaderboard_beats_length_baseline, contradiction_in_range, published_copy_matches,
+    assets=[*sql_assets, reference_models, bradley_terry_ratings, rankings, external_validity,
+            contradiction_vs_leaderboard, published_warehouse],
+    asset_checks=[*sql_checks, reference_models_present, bradley_terry_well_formed, rankings_consistent,
+                  external_validity_measured, leaderboard_beats_length_baseline, contradiction_in_range, published_copy_matches,
                   unranked_rewards_by_reason],
-    jobs=[leaderboards_job],
+    jobs=[leaderboards_job, leaderboards_after_model_job],
     schedules=[leaderboards_nightly],
     sensors=[leaderboards_after_new_model],
 )

@@ -170,13 +170,12 @@ def adhoc_rankings(rewards: pd.DataFrame, known: pd.DataFrame, topics: list[str]
         comparisons = reference_wins_from_rewards(rewards, reference_model)
     else:
         comparisons = pairs_from_rewards(rewards)
-    scale = ranking.length_scale_of(comparisons) if method != "bradley_terry" else 1.0
     parts = []
     for topic in ["all", *topics]:
         rows = comparisons if topic == "all" else comparisons[(comparisons["scenario"] == topic)
                                                               | (comparisons["scenario_group"] == topic)]
         rng = ranking.slice_rng(settings, "adhoc", method, topic)
-        scores = ranking.score_method(method, rows, settings, rng, temperature, scale)
+        scores = ranking.score_method(method, rows, settings, rng, temperature)
         parts.append(ranking.with_ranks(scores).assign(scenario=topic))
     return pd.concat(parts, ignore_index=True)
 

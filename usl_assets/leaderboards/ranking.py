@@ -42,10 +42,20 @@ def bootstrap_weights(n_prompts: int, rounds: int, rng: np.random.Generator) -> 
     return rng.multinomial(n_prompts, np.full(n_prompts, 1.0 / n_prompts), size=rounds).astype(float)
 
 
+def drawn_weights(rng: np.random.Generator | np.ndarray, n_prompts: int, rounds: int) -> np.ndarray:
+    """Bootstrap weights: drawn from `rng`, or `rng` itself when the caller drew them (shared across slices)."""
+    if isinstance(rng, np.ndarray):
+        assert rng.shape == (rounds, n_prompts), (rng.shape, rounds, n_prompts)
+        return rng
+    return bootstrap_weights(n_prompts, rounds, rng)
+
+
 def interval(samples: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
     """Percentile interval per column of `samples` (rounds × items)."""
     tail = (1.0 - confidence) / 2.0 * 100.0
-    return np.nanpercentile(samples, tail, axis=0), np.nanpercentile(samples, 100.0 - tail, axis=0)
+    percentile = np.percentile if np.isfinite(samples).all() else np.nanpercentile  # the same where no NaN; faster
+    low, high = percentile(samples, [tail, 100.0 - tail], axis=0)
+    return low, high
 
 
 def overlap_ranks(ci_low: np.ndarray, ci_high: np.ndarray) -> np.ndarray:
@@ -54,23 +64,41 @@ def overlap_ranks(ci_low: np.ndarray, ci_high: np.ndarray) -> np.ndarray:
     return 1 + (ci_low[None, :] > ci_high[:, None]).sum(axis=1)
 
 
-def usl_scores(wins: pd.DataFrame, settings: BootstrapSettings, rng: np.random.Generator) -> pd.DataFrame:
+def prompt_table(rows: pd.DataFrame, values: str, prompts: list | None) -> pd.DataFrame:
+    """prompts × models of `values`; `prompts` (the slice's own, all models together) fixes the row order, so a
+    subset of the models resamples the same prompts as the whole slice does (incremental rankings)."""
+    table = rows.pivot_table(index="prompt_id", columns="model", values=values, aggfunc="mean")
+    return table if prompts is None else table.reindex(index=prompts)
+
+
+def usl_scores(wins: pd.DataFrame, settings: BootstrapSettings, rng: np.random.Generator,
+               prompts: list | None = None) -> pd.DataFrame:
     """USL score per model from rows (prompt_id, model, win ∈ {0, 0.5, 1}) of one pool/profile/topic.
 
-    Returns model, score, ci_low, ci_high, n_prompts (score in percent).
+    Returns model, score, ci_low, ci_high, n_prompts (score in percent). Each model's score and interval depend
+    only on its own rows and the slice's prompts (the bootstrap draws are the slice's).
     """
-    table = wins.pivot_table(index="prompt_id", columns="model", values="win", aggfunc="mean")
-    observed = table.notna().to_numpy(float)
-    values = table.fillna(0.0).to_numpy(float)
-    point = 100.0 * values.sum(0) / observed.sum(0)
-    weights = bootstrap_weights(len(table), settings.usl_rounds, rng)
+    table = prompt_table(wins, "win", prompts)
+    return scores_frame(table.columns, *usl_arrays(table.to_numpy(float), settings, rng))
+
+
+def usl_arrays(wins: np.ndarray, settings: BootstrapSettings,
+               rng: np.random.Generator | np.ndarray) -> tuple[np.ndarray, ...]:
+    """The USL score's math on prompts × models (NaN where a model has no comparison): score, ci_low, ci_high,
+    n_prompts per model. `rng`: a generator for the bootstrap, or the drawn weights (resamples × prompts)."""
+    observed = np.isfinite(wins).astype(float)
+    values = np.where(observed > 0, wins, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
+        point = 100.0 * values.sum(0) / observed.sum(0)
+        weights = drawn_weights(rng, len(wins), settings.usl_rounds)
         samples = 100.0 * (weights @ values) / (weights @ observed)
     low, high = interval(samples, settings.confidence)
-    return pd.DataFrame({
-        "model": table.columns.astype(str), "score": point, "ci_low": low, "ci_high": high,
-        "n_prompts": observed.sum(0).astype(int),
-    })
+    return point, low, high, observed.sum(0).astype(int)
+
+
+def scores_frame(models, point, low, high, n_prompts) -> pd.DataFrame:
+    return pd.DataFrame({"model": pd.Index(models).astype(str), "score": point, "ci_low": low, "ci_high": high,
+                         "n_prompts": n_prompts})
 
 
 def per_prompt_win_matrices(pairs: pd.DataFrame, models: list[str]) -> tuple[np.ndarray, list[str]]:
@@ -132,48 +160,36 @@ def topics(frame: pd.DataFrame) -> Iterator[tuple[str, str, pd.DataFrame]]:
         yield "scenario", str(scenario), rows
 
 
-def length_scale_of(reference_wins: pd.DataFrame) -> float:
-    """usl_lc's length unit: the spread of length differences with the reference (AlpacaEval 2 divides by it)."""
-    scale = float(reference_wins["length_diff"].std()) if len(reference_wins) > 1 else 1.0
-    return scale if np.isfinite(scale) and scale > 0 else 1.0
-
-
 def score_method(method: str, rows: pd.DataFrame, settings: BootstrapSettings, rng: np.random.Generator,
-                 temperature: float = 1.0, length_scale: float = 1.0) -> pd.DataFrame:
-    """One method's scores for one slice: `rows` are reference comparisons (usl*) or model pairs (bradley_terry)."""
+                 temperature: float = 1.0, prompts: list | None = None) -> pd.DataFrame:
+    """One method's scores for one slice: `rows` are reference comparisons (usl*) or model pairs (bradley_terry).
+    `prompts`: the slice's prompts when `rows` hold only some of its models (PER_MODEL_METHODS only)."""
     if method == "usl":
-        return usl_scores(rows, settings, rng)
+        return usl_scores(rows, settings, rng, prompts)
     if method == "usl_soft":
-        return usl_scores(soft_wins(rows, temperature), settings, rng)
+        return usl_scores(soft_wins(rows, temperature), settings, rng, prompts)
     if method == "usl_lc":
-        return length_controlled_scores(soft_wins(rows, temperature), settings, rng, length_scale)
+        return length_controlled_scores(soft_wins(rows, temperature), settings, rng, prompts)
     if method == "bradley_terry":
         return bradley_terry_scores(rows, settings, rng)
     raise ValueError(f"unknown method {method!r}: one of {', '.join(METHODS)}")
 
 
-def rank_all(reference_wins: pd.DataFrame, pairs: pd.DataFrame, settings: BootstrapSettings,
-             progress=None, temperature: float = 1.0) -> pd.DataFrame:
-    """leaderboard.rankings: every method (METHODS) for every pool × profile × topic.
+def bradley_terry_table(pairs: pd.DataFrame, settings: BootstrapSettings, progress=None) -> pd.DataFrame:
+    """leaderboard.bradley_terry: the Bradley–Terry rows of leaderboard.rankings, every pool × profile × topic.
 
-    reference_wins: pool, profile, prompt_id, scenario, scenario_group, model, win, reward_diff, length_diff.
-    pairs: pool, profile, prompt_id, scenario, scenario_group, model_a, model_b, a_score.
-    `temperature`: usl_soft's k (crm.calibration). `progress(done, total)` after each pool × profile, if given.
-    Each slice's bootstrap is seeded by its own key (pool, profile, method, topic).
-    """
+    pairs: pool, profile, prompt_id, scenario, scenario_group, model_a, model_b, a_score. `progress(done, total)`
+    after each pool × profile, if given. Each slice's bootstrap is seeded by its own key (pool, profile, topic).
+    The per-model methods are leaderboards/incremental.py's."""
     parts = []
-    slices = sorted(set(map(tuple, reference_wins[["pool", "profile"]].drop_duplicates().to_numpy()))
-                    | set(map(tuple, pairs[["pool", "profile"]].drop_duplicates().to_numpy())))
+    slices = sorted(set(map(tuple, pairs[["pool", "profile"]].drop_duplicates().to_numpy())))
     for done, (pool, profile) in enumerate(slices, start=1):
-        keys = {"pool": pool, "profile": profile}
-        usl_rows = reference_wins[(reference_wins["pool"] == pool) & (reference_wins["profile"] == profile)]
         pair_rows = pairs[(pairs["pool"] == pool) & (pairs["profile"] == profile)]
-        scale = length_scale_of(usl_rows)
-        for method in METHODS:
-            for level, topic, rows in topics(pair_rows if method == "bradley_terry" else usl_rows):
-                rng = slice_rng(settings, pool, profile, method, level, topic)
-                scores = score_method(method, rows, settings, rng, temperature, scale)
-                parts.append(with_ranks(scores).assign(**keys, level=level, scenario=topic, method=method))
+        for level, topic, rows in topics(pair_rows):
+            rng = slice_rng(settings, pool, profile, "bradley_terry", level, topic)
+            scores = bradley_terry_scores(rows, settings, rng)
+            parts.append(with_ranks(scores).assign(pool=pool, profile=profile, level=level, scenario=topic,
+                                                   method="bradley_terry"))
         if progress:
             progress(done, len(slices))
     if not parts:
@@ -206,6 +222,9 @@ def reference_models_table(configured: dict[str, str], pool_models: pd.DataFrame
 # What `usl leaderboard`, the summary of `usl run` and the page show first (docs/leaderboards.md says why).
 DEFAULT_METHOD = "usl_soft"
 METHODS = ("usl_soft", "usl", "usl_lc", "bradley_terry")
+# Each model's score depends on its own comparisons with the reference only: a new model leaves the others'
+# scores as they were (leaderboards/incremental.py). Bradley–Terry is one joint fit of all models.
+PER_MODEL_METHODS = ("usl_soft", "usl", "usl_lc")
 
 
 def soft_wins(reference_wins: pd.DataFrame, temperature: float) -> pd.DataFrame:
@@ -215,10 +234,11 @@ def soft_wins(reference_wins: pd.DataFrame, temperature: float) -> pd.DataFrame:
 
 
 def _lc_fit(p: np.ndarray, x: np.ndarray, observed: np.ndarray, weights: np.ndarray,
-            iterations: int = 25, ridge: float = 1e-3) -> np.ndarray:
+            iterations: int = 25, ridge: float = 1e-3, tolerance: float = 1e-10) -> np.ndarray:
     """Per (resample, model): logistic GLM p ≈ σ(θ + φ·x) by Newton steps, all at once; returns θ.
 
-    p, x, observed: prompts × models; weights: resamples × prompts (how often each prompt is drawn)."""
+    p, x, observed: prompts × models; weights: resamples × prompts (how often each prompt is drawn). Stops when
+    no step moves θ or φ by more than `tolerance` (Newton converges in a handful), else after `iterations`."""
     rounds, models = weights.shape[0], p.shape[1]
     theta, phi = np.zeros((rounds, models)), np.zeros((rounds, models))
     w = weights[:, :, None] * observed[None, :, :]  # resamples × prompts × models
@@ -230,26 +250,49 @@ def _lc_fit(p: np.ndarray, x: np.ndarray, observed: np.ndarray, weights: np.ndar
         g_theta, g_phi = r.sum(1), (r * x[None]).sum(1) + ridge * phi
         h_tt, h_tp, h_pp = h.sum(1) + 1e-9, (h * x[None]).sum(1), (h * x[None] ** 2).sum(1) + ridge
         det = h_tt * h_pp - h_tp**2
-        theta = theta - (h_pp * g_theta - h_tp * g_phi) / det
-        phi = phi - (h_tt * g_phi - h_tp * g_theta) / det
+        step_theta, step_phi = (h_pp * g_theta - h_tp * g_phi) / det, (h_tt * g_phi - h_tp * g_theta) / det
+        theta, phi = theta - step_theta, phi - step_phi
+        if max(np.abs(step_theta).max(initial=0.0), np.abs(step_phi).max(initial=0.0)) < tolerance:
+            break
     return theta
 
 
+def length_scales(lengths: np.ndarray) -> np.ndarray:
+    """usl_lc's length unit per model (lengths: prompts × models, NaN where missing): the spread of its own
+    length differences with the reference, as AlpacaEval 2 divides each model's by its own (so one model's
+    scale never moves with the others)."""
+    counts = np.isfinite(lengths).sum(0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.nansum(lengths, 0) / counts
+        scale = np.sqrt(np.nansum((lengths - mean) ** 2, 0) / (counts - 1))
+    return np.where(np.isfinite(scale) & (scale > 0), scale, 1.0)
+
+
 def length_controlled_scores(soft: pd.DataFrame, settings: BootstrapSettings, rng: np.random.Generator,
-                             length_scale: float) -> pd.DataFrame:
+                             prompts: list | None = None) -> pd.DataFrame:
     """usl_lc, AlpacaEval 2's length-controlled win rate on the CRM's win probabilities: per model,
     P(beats reference) = σ(θ + φ·tanh(Δlength / scale)) and the score is 100·σ(θ), the win rate at equal length."""
-    table = soft.pivot_table(index="prompt_id", columns="model", values="win", aggfunc="mean")
-    lengths = soft.pivot_table(index="prompt_id", columns="model", values="length_diff", aggfunc="mean")
-    lengths = lengths.reindex(index=table.index, columns=table.columns)
-    observed = table.notna().to_numpy(float)
-    p, x = table.fillna(0.5).to_numpy(float), np.tanh(lengths.fillna(0.0).to_numpy(float) / length_scale)
-    point = 100.0 / (1.0 + np.exp(-_lc_fit(p, x, observed, np.ones((1, len(table))))[0]))
-    weights = bootstrap_weights(len(table), settings.bt_rounds, rng)
-    samples = 100.0 / (1.0 + np.exp(-_lc_fit(p, x, observed, weights)))
-    low, high = interval(samples, settings.confidence)
-    return pd.DataFrame({"model": table.columns.astype(str), "score": point, "ci_low": low, "ci_high": high,
-                         "n_prompts": observed.sum(0).astype(int)})
+    table = prompt_table(soft, "win", prompts)
+    lengths = prompt_table(soft, "length_diff", prompts).reindex(index=table.index, columns=table.columns)
+    return scores_frame(table.columns, *lc_arrays(table.to_numpy(float), lengths.to_numpy(float), settings, rng))
+
+
+def lc_arrays(probabilities: np.ndarray, lengths: np.ndarray, settings: BootstrapSettings,
+              rng: np.random.Generator | np.ndarray) -> tuple[np.ndarray, ...]:
+    """usl_lc's math on prompts × models (NaN where missing): score, ci_low, ci_high, n_prompts per model."""
+    observed = np.isfinite(probabilities).astype(float)
+    p = np.where(observed > 0, probabilities, 0.5)
+    x = np.tanh(np.nan_to_num(lengths, nan=0.0) / length_scales(lengths)[None, :])
+    point = 100.0 / (1.0 + np.exp(-_lc_fit(p, x, observed, np.ones((1, len(p))))[0]))
+    weights = drawn_weights(rng, len(p), settings.bt_rounds)
+    # A few models at a time: the fit holds resamples × prompts × models arrays (200 × 805 × 16 = 21 MB each).
+    theta = np.concatenate([_lc_fit(p[:, i:i + LC_CHUNK], x[:, i:i + LC_CHUNK], observed[:, i:i + LC_CHUNK],
+                                    weights) for i in range(0, p.shape[1], LC_CHUNK)], axis=1)
+    low, high = interval(100.0 / (1.0 + np.exp(-theta)), settings.confidence)
+    return point, low, high, observed.sum(0).astype(int)
+
+
+LC_CHUNK = 16
 
 
 def slice_rng(settings: BootstrapSettings, *key: str) -> np.random.Generator:
@@ -273,16 +316,12 @@ def unranked_models(coverage: pd.DataFrame, min_coverage: float = MIN_COVERAGE) 
     return low.assign(reason=reasons)[UNRANKED_COLUMNS].sort_values(["pool", "model"], ignore_index=True)
 
 
-def only_ranked(reference_wins: pd.DataFrame, pairs: pd.DataFrame,
-                unranked: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The comparisons without the unranked models (a pair is dropped when either side is unranked)."""
+def only_ranked(frame: pd.DataFrame, unranked: pd.DataFrame, *model_columns: str) -> pd.DataFrame:
+    """`frame` without the unranked models' rows (a row goes when any of its `model_columns` is unranked):
+    ("model",) for reference comparisons, ("model_a", "model_b") for model pairs."""
     left_out = set(zip(unranked["pool"], unranked["model"]))
-    if not left_out:
-        return reference_wins, pairs
-
-    def keep(frame: pd.DataFrame, column: str) -> pd.Series:
-        return pd.Series([(p, m) not in left_out for p, m in zip(frame["pool"], frame[column])], index=frame.index,
-                         dtype=bool)
-
-    return (reference_wins[keep(reference_wins, "model")],
-            pairs[keep(pairs, "model_a") & keep(pairs, "model_b")])
+    keep = pd.Series(True, index=frame.index)
+    for column in model_columns if left_out else ():
+        keep &= pd.Series([(p, m) not in left_out for p, m in zip(frame["pool"], frame[column])], index=frame.index,
+                          dtype=bool)
+    return frame[keep]

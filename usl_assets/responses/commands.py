@@ -96,10 +96,11 @@ def reference_models() -> dict[str, str]:
 
 
 def rebuild_leaderboards(instance: dg.DagsterInstance, key: str, verbose: bool = False) -> str:
-    """The leaderboards job (unpartitioned: it reads every model's rewards), as the run-status sensor does."""
+    """leaderboards_after_model_job (unpartitioned: it reads every model's rewards, scores only the new model's
+    rankings and leaves Bradley–Terry for leaderboards_job), as the run-status sensor does."""
     from usl_assets.definitions import defs
 
-    result = execute_in_location(defs.resolve_job_def("leaderboards_job"), instance,
+    result = execute_in_location(defs.resolve_job_def("leaderboards_after_model_job"), instance,
                                  run_config=console_log_config(verbose), tags={"usl/after_added_model": key})
     raise_if_interrupted(result)
     if not result.success:
