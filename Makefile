@@ -39,11 +39,11 @@ run: install dagster-home
 	$(BIN)/usl run
 
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
-# The shared deployment for real (Postgres, daemon, run queue, multiprocess executor): ~12 minutes, on request.
+# The shared deployment test alone (Postgres, daemon, run queue, multiprocess executor; also part of `make test`).
 test-deployment: install
-	USL_DEPLOYMENT_TEST=1 $(BIN)/python -m pytest -s usl_assets_tests/test_deployment_postgres.py
+	$(BIN)/python -m pytest -s usl_assets_tests/test_deployment_postgres.py
 
 ui: install dagster-home
 	$(BIN)/dagster dev -w workspace.yaml

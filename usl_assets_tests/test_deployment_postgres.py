@@ -33,10 +33,6 @@ from usl_assets_tests.test_end_to_end import MODELS, SMALL_SLICES, tiny_crm_sett
 from usl_assets_tests.test_instance_postgres import postgres_dagster_home, throwaway_database
 from usl_assets_tests.webserver import running_webserver
 
-# 12.5 minutes on this 2-core machine (graph 430 s, two add-model 34 s, inbox 236 s): more than the suite's CI
-# budget leaves, so it runs on request (`make test-deployment`), not in `make test` (docs/deployment.md).
-pytestmark = pytest.mark.skipif(os.environ.get("USL_DEPLOYMENT_TEST") != "1",
-                                reason="the shared-deployment test runs with USL_DEPLOYMENT_TEST=1 (make test-deployment)")
 
 NEW_MODELS = {"cli-model-a": "gemma-7b-it", "cli-model-b": "gpt4_1106_preview"}  # name → the copied public model
 INBOX_MODEL, INBOX_SOURCE = "inbox-model", "gemma-7b-it"
