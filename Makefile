@@ -39,7 +39,7 @@ run: install dagster-home
 	$(BIN)/usl run
 
 test: install
-	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 # The shared deployment test alone (Postgres, daemon, run queue, multiprocess executor; also part of `make test`).
 test-deployment: install

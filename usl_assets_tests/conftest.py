@@ -8,9 +8,8 @@ from usl_assets.resources import DataDir, UslHome, Warehouse
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-# The two longest files start first: `make test` runs two files at a time in collection order (pytest-xdist,
-# --dist loadfile --no-loadscope-reorder), and the shared-deployment test mostly waits on its daemon while the
-# other worker runs the rest.
+# The two longest files start first: `make test` runs two files at a time (pytest-xdist, --dist loadfile), and
+# the shared-deployment test mostly waits on its daemon while the other worker runs everything else.
 LONGEST_FIRST = ("test_deployment_postgres.py", "test_end_to_end.py")
 
 
