@@ -8,18 +8,6 @@ from usl_assets.resources import DataDir, UslHome, Warehouse
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-# The two longest files start first: `make test` runs two files at a time (pytest-xdist, --dist loadfile), and
-# the shared-deployment test mostly waits on its daemon while the other worker runs everything else.
-LONGEST_FIRST = ("test_deployment_postgres.py", "test_end_to_end.py")
-
-
-def pytest_collection_modifyitems(config, items):
-    def order(item) -> int:
-        name = item.path.name
-        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
-
-    items.sort(key=order)  # stable: the order within each file stays
-
 
 @pytest.fixture(scope="session")
 def shared_data_dir() -> Path:
