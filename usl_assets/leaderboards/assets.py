@@ -90,11 +90,9 @@ class RankingConfig(dg.Config):
                                 "model needs rewards for to be ranked; the others → leaderboard.unranked_models")
 
 
-def ranking_inputs(context: dg.AssetExecutionContext, warehouse: Warehouse, config: RankingConfig):
-    """The unranked models (logged) and the settings every ranking asset shares."""
+def ranking_setup(warehouse: Warehouse, config: RankingConfig):
+    """The unranked models and the settings both ranking assets share."""
     unranked = ranking.unranked_models(warehouse.read_table("leaderboard.model_coverage"), config.min_coverage)
-    for row in unranked.itertuples():
-        context.log.warning(f"{row.pool}/{row.model} not ranked: {row.reason}")
     settings = ranking.BootstrapSettings(config.usl_bootstrap_rounds, config.bt_bootstrap_rounds,
                                          config.confidence, config.seed)
     return unranked, settings
@@ -107,7 +105,7 @@ def ranking_inputs(context: dg.AssetExecutionContext, warehouse: Warehouse, conf
                       "schedule, not after each added model: see leaderboards_after_model_job)")
 def bradley_terry_ratings(context: dg.AssetExecutionContext, config: RankingConfig,
                           warehouse: Warehouse) -> dg.MaterializeResult:
-    unranked, settings = ranking_inputs(context, warehouse, config)
+    unranked, settings = ranking_setup(warehouse, config)
     pairs = ranking.only_ranked(warehouse.read_table("leaderboard.pairwise_comparisons"), unranked,
                                 "model_a", "model_b")
     started = time.perf_counter()
@@ -151,7 +149,9 @@ def bradley_terry_well_formed(warehouse: Warehouse) -> dg.AssetCheckResult:
                       ", Bradley–Terry is copied from leaderboard.bradley_terry; leaderboard.unranked_models: the "
                       "models left off, with the reason")
 def rankings(context: dg.AssetExecutionContext, config: RankingConfig, warehouse: Warehouse) -> dg.MaterializeResult:
-    unranked, settings = ranking_inputs(context, warehouse, config)
+    unranked, settings = ranking_setup(warehouse, config)
+    for row in unranked.itertuples():  # logged here only: rankings writes leaderboard.unranked_models
+        context.log.warning(f"{row.pool}/{row.model} not ranked: {row.reason}")
     warehouse.replace_table("leaderboard.unranked_models", unranked, "models left off the rankings, with the reason")
     reference_wins = ranking.only_ranked(warehouse.read_table("leaderboard.reference_comparisons"), unranked,
                                          "model")

@@ -21,7 +21,6 @@ from usl_assets.leaderboards import ranking
 # Part of every slice's fingerprint: bump it when the per-model math changes, and every cached score is redone.
 RANKING_VERSION = "2"
 INPUT_COLUMNS = ["pool", "profile", "model", "slice_hash", "model_hash"]
-SCORE_COLUMNS = ["score", "ci_low", "ci_high", "n_prompts"]
 KEY_COLUMNS = ["pool", "profile", "level", "scenario", "method", "model"]
 
 
