@@ -40,8 +40,9 @@ def tiny_settings(tiny_backbone, tiny_encoder, **changes) -> CrmSettings:  # noq
 def test_crm_assets_train_every_architecture_and_evaluate_them_against_the_baselines(
         usl_env, shared_data_dir, tiny_backbone, tiny_encoder):  # noqa: F811
     tagged = tagged_preferences_frame(shared_data_dir, autoj_step=3, pandalm=40, hh=60, judge_prompts=12)
-    pairs, _ = data.build_training_pairs(tagged, scenario_criteria_frame(shared_data_dir), data.PairsConfig())
+    pairs, _, graded = data.build_training_pairs(tagged, scenario_criteria_frame(shared_data_dir), data.PairsConfig())
     usl_env["warehouse"].replace_table("crm.training_pairs", pairs)
+    usl_env["warehouse"].replace_table("crm.graded_answers", graded)
     resources = {**usl_env, "crm_settings": tiny_settings(tiny_backbone, "minilm")}
     result = dg.materialize(
         [crm_linear, crm_cross, crm_factorized, crm_default_checkpoint, crm_evaluation,
@@ -60,6 +61,7 @@ def test_crm_assets_train_every_architecture_and_evaluate_them_against_the_basel
     assert info["training_data_hash"] and info["hyperparameters"]["max_steps"] == 4 and info["metrics"]
     linear_info = json.loads((default_checkpoint(home, "linear") / "crm.json").read_text())
     assert linear_info["hyperparameters"]["max_steps"] == 40 and linear_info["training"]["steps"] <= 40
+    assert (default_checkpoint(home, "linear") / "graded_answers.npz").exists()  # crm.graded_answers reached it
     assert load_scorer(default_checkpoint(home, "cross")).architecture == "cross"
 
     evaluation = usl_env["warehouse"].read_table("crm.evaluation")

@@ -24,7 +24,7 @@ def real_inputs(shared_data_dir) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 @pytest.fixture(scope="module")
 def built(real_inputs) -> tuple[pd.DataFrame, pd.DataFrame]:
-    return data.build_training_pairs(*real_inputs, data.PairsConfig())
+    return data.build_training_pairs(*real_inputs, data.PairsConfig())[:2]
 
 
 # ------------------------------------------------------------------------------------- property rules
@@ -116,7 +116,7 @@ def test_judge_answers_found_in_a_response_pool_never_train(real_inputs):
     tagged, criteria = real_inputs
     judged = tagged[tagged["source"] == "alpaca_eval_judge"]
     in_pool = judged["response_b"].iloc[0]
-    table, excluded = data.build_training_pairs(tagged, criteria, data.PairsConfig(), pool_texts={in_pool.strip()})
+    table, excluded, _ = data.build_training_pairs(tagged, criteria, data.PairsConfig(), pool_texts={in_pool.strip()})
     assert excluded.loc[excluded["origin_idx"] == judged["idx"].iloc[0], "reason"].tolist() == ["text_in_pool"]
     train = table[table["split"] == "train"]
     assert in_pool not in set(train["chosen"]) | set(train["rejected"])
@@ -177,9 +177,9 @@ def test_hh_pairs_train_with_a_harmlessness_criterion(built):
 
 def test_splits_are_deterministic_and_follow_the_seed(real_inputs, built):
     table, _ = built
-    again, _ = data.build_training_pairs(*real_inputs, data.PairsConfig())
+    again, _, _ = data.build_training_pairs(*real_inputs, data.PairsConfig())
     pd.testing.assert_frame_equal(table, again)
-    other, _ = data.build_training_pairs(*real_inputs, data.PairsConfig(seed=18))
+    other, _, _ = data.build_training_pairs(*real_inputs, data.PairsConfig(seed=18))
     assert data.split_sizes(other) != data.split_sizes(table)
 
 
@@ -226,7 +226,7 @@ def test_bad_rows_are_excluded_with_a_reason(real_inputs):
     broken.loc[broken.index[0], "response_b"] = "  "
     broken.loc[broken.index[1], "response_b"] = broken.loc[broken.index[1], "response_a"]
     broken.loc[broken.index[2], "human_winner"] = "model_c"
-    _, excluded = data.build_training_pairs(broken, criteria, data.PairsConfig())
+    _, excluded, _ = data.build_training_pairs(broken, criteria, data.PairsConfig())
     assert excluded.set_index("origin_idx")["reason"].to_dict() == {
         "bad:1": "empty_response", "bad:2": "identical_responses", "bad:3": "bad_winner"}
 

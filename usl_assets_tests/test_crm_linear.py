@@ -26,7 +26,7 @@ THOROUGH = (data.PROPERTIES["length"].more[0],)
 @pytest.fixture(scope="module")
 def table(shared_data_dir) -> pd.DataFrame:
     tagged = tagged_preferences_frame(shared_data_dir, autoj_step=3, pandalm=40, hh=60, judge_prompts=12)
-    built, _ = data.build_training_pairs(tagged, scenario_criteria_frame(shared_data_dir), data.PairsConfig())
+    built, _, _ = data.build_training_pairs(tagged, scenario_criteria_frame(shared_data_dir), data.PairsConfig())
     return built
 
 

@@ -17,6 +17,7 @@ from usl_assets.settings import UslConfigError
 GROUP = "crm"
 TRAINING_POOL = "crm_training"  # one training at a time: two at once would only halve each one's budget
 PAIRS_TABLE = "crm.training_pairs"
+GRADED_TABLE = "crm.graded_answers"
 
 
 OPTIONAL_TAG = "usl/optional"  # assets `usl run` leaves out unless asked (`usl run --neural-crm`)
@@ -79,6 +80,13 @@ def read_pairs(warehouse: Warehouse, where_train: bool) -> pd.DataFrame:
     return warehouse.query(f"SELECT * FROM {PAIRS_TABLE} WHERE split {operator} ? ORDER BY pair_id", ["train"])
 
 
+def read_graded_answers(warehouse: Warehouse) -> pd.DataFrame | None:
+    """crm.graded_answers in a fixed order (None where an older crm_training_pairs did not write it)."""
+    if not warehouse.table_exists(GRADED_TABLE):
+        return None
+    return warehouse.query(f"SELECT prompt, model, response, strength FROM {GRADED_TABLE} ORDER BY origin_idx")
+
+
 def sample_training_pairs(pairs: pd.DataFrame, settings: CrmSettings, architecture: str) -> pd.DataFrame:
     if architecture == "linear" or settings.full_data or len(pairs) <= settings.max_train_pairs:
         return pairs
@@ -121,9 +129,12 @@ def _train_asset(architecture: str):
         models = usl_home.models_dir()
         pairs = sample_training_pairs(read_pairs(warehouse, where_train=True), crm_settings, architecture)
         backbone = backbones.resolve_backbone(crm_settings.backbone_for(architecture), models / "backbones")
-        context.log.info(f"training {architecture} on {len(pairs)} pairs, backbone {backbone.identity}")
+        graded = read_graded_answers(warehouse) if architecture == "linear" else None
+        context.log.info(f"training {architecture} on {len(pairs)} pairs"
+                         f"{f' and {len(graded)} graded answers' if graded is not None else ''}, "
+                         f"backbone {backbone.identity}")
         result = train.train_crm(pairs, backbone, crm_settings.train_config(architecture), models / "crm",
-                                 log=context.log.info)
+                                 log=context.log.info, graded_answers=graded)
         validation = _validate(result.checkpoint_dir, warehouse, crm_settings)
         scorer.mark_latest(models / "crm", architecture, result.checkpoint_id)
         return dg.MaterializeResult(metadata={

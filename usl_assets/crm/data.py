@@ -104,21 +104,23 @@ def criteria_by_scenario(scenario_criteria: pd.DataFrame) -> dict[str, list[str]
 
 def build_training_pairs(tagged: pd.DataFrame, scenario_criteria: pd.DataFrame, config: PairsConfig,
                          judge_config: judge_pairs.JudgePairsConfig | None = None,
-                         pool_texts: set[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """crm.training_pairs (COLUMNS) and the excluded source rows (EXCLUDED_COLUMNS) from tagged preferences.
-    AI-judge rows become model-vs-model pairs (crm/judge_pairs.py); `pool_texts` are kept out of training."""
+                         pool_texts: set[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """crm.training_pairs (COLUMNS), the excluded source rows (EXCLUDED_COLUMNS) and crm.graded_answers
+    (judge_pairs.GRADED_COLUMNS) from tagged preferences. AI-judge rows become model-vs-model pairs
+    (crm/judge_pairs.py); `pool_texts` are kept out of training."""
     pairs, excluded = prepare_pairs(tagged)
     if pairs.empty:
-        return pd.DataFrame(columns=list(COLUMNS)), excluded
+        return pd.DataFrame(columns=list(COLUMNS)), excluded, pd.DataFrame(columns=judge_pairs.GRADED_COLUMNS)
     judge_config = judge_config or judge_pairs.JudgePairsConfig()
     is_judge = pairs["source"] == judge_pairs.JUDGE_SOURCE
     human = pairs[~is_judge].assign(with_properties=True)
     human["properties"] = measure_pairs(human)
     human["split"] = assign_splits(human, config)
     human["split"] = reroute_unmeasurable(human, config)
-    judged, judge_excluded = judge_pairs.judge_pairs(pairs[is_judge], judge_config, pool_texts or set(), unit_hash,
-                                                     prompt_key)
+    judged, judge_excluded, graded = judge_pairs.judge_pairs(pairs[is_judge], judge_config, pool_texts or set(),
+                                                             unit_hash, prompt_key)
     judged, leaked = _outside_human_tests(judged, human)
+    graded = graded[~graded["prompt"].map(prompt_key).isin(human_test_prompts(human))].reset_index(drop=True)
     pairs = pd.concat([human, _with_judge_properties(judged, config, judge_config.property_rate)], ignore_index=True)
     excluded = pd.concat([excluded, judge_excluded, leaked], ignore_index=True)
     extra_criteria = criteria_by_scenario(scenario_criteria)
@@ -139,14 +141,18 @@ def build_training_pairs(tagged: pd.DataFrame, scenario_criteria: pd.DataFrame, 
     table = table.astype({"human_label": "boolean", "chosen_is_longer": bool, "property": "string",
                           "property_direction": "string", "soft_label": float, "chosen_model": "string",
                           "rejected_model": "string"})
-    return table[list(COLUMNS)], pd.concat([excluded, unused_pairs(pairs, table)], ignore_index=True)
+    return table[list(COLUMNS)], pd.concat([excluded, unused_pairs(pairs, table)], ignore_index=True), graded
+
+
+def human_test_prompts(human: pd.DataFrame) -> set[str]:
+    return set(human.loc[human["split"] != "train", "prompt"].map(prompt_key))
 
 
 def _outside_human_tests(judged: pd.DataFrame, human: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Judge training pairs whose prompt is in a human test split are excluded (prompt leakage)."""
     if judged.empty:
         return judged, pd.DataFrame(columns=list(EXCLUDED_COLUMNS))
-    test_keys = set(human.loc[human["split"] != "train", "prompt"].map(prompt_key))
+    test_keys = human_test_prompts(human)
     leaks = (judged["split"] == "train") & judged["prompt"].map(prompt_key).isin(test_keys)
     dropped = judged[leaks]
     return judged[~leaks], pd.DataFrame({"origin_idx": dropped["origin_idx"], "source": dropped["source"],

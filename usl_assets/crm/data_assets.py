@@ -11,6 +11,7 @@ from usl_assets.settings import UslConfigError
 
 PAIRS_TABLE = "crm.training_pairs"
 EXCLUDED_TABLE = "crm.excluded_pairs"
+GRADED_TABLE = "crm.graded_answers"
 TAGGED_TABLE = "validated.tagged_preferences"
 CRITERIA_TABLE = "validated.scenario_criteria"
 _DEFAULTS = data.PairsConfig()
@@ -62,7 +63,8 @@ def _markdown(frame: pd.DataFrame) -> dg.MetadataValue:
     kinds={"duckdb"},
     pool=WAREHOUSE_POOL,
     description="crm.training_pairs: (prompt, chosen, rejected, criteria) rows with augmentations and splits; "
-    "crm.excluded_pairs: source rows that yield no row, with the reason.",
+    "crm.excluded_pairs: source rows that yield no row, with the reason; crm.graded_answers: the AI judge's "
+    "training judgments as (prompt, model, answer, strength), for the CRM's graded-answers feature.",
 )
 def crm_training_pairs(context: dg.AssetExecutionContext, config: TrainingPairsConfig, data_dir: DataDir,
                        warehouse: Warehouse) -> dg.MaterializeResult:
@@ -73,7 +75,7 @@ def crm_training_pairs(context: dg.AssetExecutionContext, config: TrainingPairsC
 
     started = time.perf_counter()
     pool_texts = judge_pairs.public_response_texts(data_dir.root())
-    table, excluded = data.build_training_pairs(tagged, scenario_criteria, pairs_config, config.judge_config(),
+    table, excluded, graded = data.build_training_pairs(tagged, scenario_criteria, pairs_config, config.judge_config(),
                                                 pool_texts)
     seconds = time.perf_counter() - started
     context.log.info(f"{len(tagged)} tagged pairs -> {len(table)} training rows, {len(excluded)} excluded "
@@ -83,6 +85,8 @@ def crm_training_pairs(context: dg.AssetExecutionContext, config: TrainingPairsC
 
     warehouse.replace_table(PAIRS_TABLE, table, "CRM training and test pairs (docs/crm_training_data.md)")
     warehouse.replace_table(EXCLUDED_TABLE, excluded, "Preference rows that yield no CRM training row, and why")
+    warehouse.replace_table(GRADED_TABLE, graded, "The AI judge's training judgments: answer and strength per "
+                            "(prompt, model) (crm/graded_answers.py)")
     rules = pd.DataFrame([{"property": p.name, "qualifies when": p.rule,
                            "held out": p.name in pairs_config.heldout_properties} for p in data.PROPERTIES.values()])
     return dg.MaterializeResult(metadata={
@@ -95,6 +99,7 @@ def crm_training_pairs(context: dg.AssetExecutionContext, config: TrainingPairsC
         "label balance per split": _markdown(data.label_balance(table)),
         "train direction balance": _markdown(data.direction_balance(table)),
         "excluded": dg.MetadataValue.int(len(excluded)),
+        "graded_answers": dg.MetadataValue.int(len(graded)),
         "excluded by reason": dg.MetadataValue.json(
             {str(k): int(v) for k, v in excluded["reason"].value_counts().items()}),
         "property rules": _markdown(rules),

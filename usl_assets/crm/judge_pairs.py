@@ -102,16 +102,20 @@ def _excluded(rows: pd.DataFrame, reason: str, detail: str) -> pd.DataFrame:
                          "detail": detail}, columns=["origin_idx", "source", "reason", "detail"])
 
 
+GRADED_COLUMNS = ["prompt", "model", "response", "strength", "origin_idx"]
+
+
 def judge_pairs(judged: pd.DataFrame, config: JudgePairsConfig, pool_texts: set[str], unit_hash,
-                prompt_key) -> tuple[pd.DataFrame, pd.DataFrame]:
+                prompt_key) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Pairs in prepare_pairs' format plus soft_label / label_kind / model names, with their split (train or
-    judge_heldout_models), and the excluded judgments with reasons.
+    judge_heldout_models), the excluded judgments with reasons, and the graded answers behind the training
+    pairs (GRADED_COLUMNS: each training judgment's answer with its strength; crm/graded_answers.py).
 
     `judged`: prepare_pairs rows of the judge source (response_a = the reference, response_b = the judged
     model), with `soft_label` (P(reference preferred)) and `model_b_name`.
     """
     if judged.empty:
-        return judged.assign(split=[], label_kind=[]), _excluded(judged, "", "")
+        return judged.assign(split=[], label_kind=[]), _excluded(judged, "", ""), pd.DataFrame(columns=GRADED_COLUMNS)
     judged = judged.reset_index(drop=True)
     in_pool = judged["response_b"].str.strip().isin(pool_texts)
     excluded = [_excluded(judged[in_pool], "text_in_pool", "the judged answer is also a response-pool answer")]
@@ -141,8 +145,10 @@ def judge_pairs(judged: pd.DataFrame, config: JudgePairsConfig, pool_texts: set[
     pairs = pd.DataFrame(derived)
     if len(pairs):
         pairs = pairs.assign(split="train", label_kind="ai_judge")
+    graded = pd.DataFrame({"prompt": train["prompt"], "model": train["model_b_name"], "response": train["response_b"],
+                           "strength": train["strength"], "origin_idx": train["origin_idx"]}, columns=GRADED_COLUMNS)
     return (pd.concat([pairs, heldout], ignore_index=True),
-            pd.concat(excluded, ignore_index=True))
+            pd.concat(excluded, ignore_index=True), graded.reset_index(drop=True))
 
 
 def _derived_pair(first: pd.Series, second: pd.Series) -> dict:

@@ -1,18 +1,20 @@
 """The linear CRM: a Bradley–Terry reward linear in the response's hashed word n-grams and measured features,
 with the user's criteria gating each feature:
 
-    r(c, a) = u·h(a) + (v + W e(c))·f(a)
+    r(c, p, a) = u·h(a) + (v + W e(c))·f(p, a)
 
-h(a): hashed word 1–2-grams of the response (2^18 buckets, L2-normalized); f(a): the 21 standardized features of
-crm/features.py (length, lists, code, refusals…); e(c): the criteria text embedded once by the frozen encoder
-(MiniLM by default). W e(c) is what lets "prefers brief answers" turn the length features down and "use lists"
+h(a): hashed word 1–2-grams of the response (2^18 buckets, L2-normalized); f(p, a): the 21 standardized features
+of crm/features.py (length, lists, code, refusals…) and `graded_answers` (crm/graded_answers.py: what the AI
+judge said of other models' answers to the same prompt; 0 for prompts it never graded); e(c): the criteria text
+embedded once by the frozen encoder (MiniLM by default). W e(c) is what lets "prefers brief answers" turn the length features down and "use lists"
 turn the list features up, so a flipped criterion flips the preference.
 
 Training minimizes the soft Bradley–Terry loss −[y log σ(z) + (1 − y) log σ(−z)] with y the probability that
 `chosen` wins (the judge's own for AI-judge pairs, 1 for human and criteria-defined rows), per-source weights, and
-for AI-judge rows z = Δr + β·Δlog(chars): β absorbs the judge's own length bias (ODIN's idea of a separate length
-head), so the reward learns length only where humans and criteria ask for it. It is deterministic: L-BFGS for a
-fixed number of iterations on one thread, from zeros; no clock is read.
+for AI-judge rows z = Δr + β·Δs, with s(a) = [log(chars), the markdown features (headings, bold, list items, list
+share)]: β absorbs the judge's own style bias (ODIN's idea of a separate length head, over the covariates of
+LMArena's style control), so the reward learns length and markdown only where humans and criteria ask for it.
+It is deterministic: L-BFGS for a fixed number of iterations on one thread, from zeros; no clock is read.
 """
 
 import json
@@ -25,10 +27,14 @@ from scipy import sparse
 from scipy.optimize import minimize
 
 from usl_assets.crm.features import FEATURE_NAMES, feature_matrix
+from usl_assets.crm.graded_answers import GradedAnswers
 
 N_BUCKETS = 2**18
 LENGTH_FEATURES = ("log_words", "log_chars")
+MARKDOWN_FEATURES = ("log_headings", "log_bold_marks", "log_list_items", "list_line_ratio")
+JUDGE_NUISANCES = ("style", "length", "none")
 LOG_CHARS = FEATURE_NAMES.index("log_chars")
+ROW_FEATURES = (*FEATURE_NAMES, "graded_answers")  # the columns after the n-gram score in a response row
 WEIGHTS_FILE = "linear.safetensors"
 SHAPE_FILE = "linear.json"
 
@@ -38,16 +44,17 @@ class LinearConfig:
     iterations: int = 150  # L-BFGS iterations: the whole budget
     ngrams: bool = True  # False: features only
     features: str = "all"  # all | length (the length-only twin)
+    graded_answers: bool = True  # the graded-answers feature, where training has graded answers
     l2_ngrams: float = 3e-4  # chosen on the dev evaluation (docs/crm.md)
     l2_features: float = 1e-4
     l2_gate: float = 1e-3
-    judge_length_nuisance: bool = True
+    judge_nuisance: str = "style"  # style | length | none: what of the judge's taste stays outside the reward
     source_weights: dict = field(default_factory=lambda: dict(DEFAULT_SOURCE_WEIGHTS))
 
-    def feature_columns(self) -> list[int]:
+    def feature_columns(self, graded: bool = False) -> list[int]:
         if self.features == "length":
             return [FEATURE_NAMES.index(name) for name in LENGTH_FEATURES]
-        return list(range(len(FEATURE_NAMES)))
+        return list(range(len(ROW_FEATURES) if graded and self.graded_answers else len(FEATURE_NAMES)))
 
 
 # What each source teaches (docs/crm.md): Auto-J humans judge helpfulness under each scenario's criteria; the AI
@@ -76,12 +83,15 @@ class LinearWeights:
     feature_std: np.ndarray
     columns: list[int]
     beta: float = 0.0  # the AI judge's length coefficient (not part of the reward)
+    graded: GradedAnswers | None = None
 
-    def response_rows(self, responses: list[str]) -> np.ndarray:
-        """Per response: [u·h(a), raw features …] (float32): what scoring caches."""
+    def response_rows(self, prompts: list[str], responses: list[str]) -> np.ndarray:
+        """Per response: [u·h(a), raw features …, graded_answers] (float32): what scoring caches."""
         ngram = ngram_matrix(responses) @ self.u if np.any(self.u) else np.zeros(len(responses))
-        return np.concatenate([np.asarray(ngram, np.float64).reshape(-1, 1),
-                               feature_matrix(responses).astype(np.float64)], axis=1).astype(np.float32)
+        uses_graded = self.graded is not None and len(FEATURE_NAMES) in self.columns
+        graded = self.graded.feature(prompts, responses) if uses_graded else np.zeros(len(responses))
+        return np.concatenate([np.asarray(ngram, np.float64).reshape(-1, 1), feature_matrix(responses),
+                               graded.reshape(-1, 1)], axis=1).astype(np.float32)
 
     def score_rows(self, rows: np.ndarray, criteria_vector: np.ndarray) -> np.ndarray:
         scaled = (rows[:, 1:][:, self.columns].astype(np.float64) - self.feature_mean) / self.feature_std
@@ -94,6 +104,8 @@ class LinearWeights:
         tensors = {name: np.ascontiguousarray(getattr(self, name), dtype=np.float32)
                    for name in ("u", "v", "gate", "feature_mean", "feature_std")}
         save_file(tensors, folder / WEIGHTS_FILE)
+        if self.graded is not None and len(FEATURE_NAMES) in self.columns:
+            self.graded.save(folder)
         (folder / SHAPE_FILE).write_text(json.dumps({"columns": self.columns, "beta": self.beta, **extra},
                                                     indent=2), encoding="utf-8")
 
@@ -104,7 +116,7 @@ class LinearWeights:
         tensors = load_file(folder / WEIGHTS_FILE)
         shape = json.loads((folder / SHAPE_FILE).read_text(encoding="utf-8"))
         return cls(**{k: v.astype(np.float64) for k, v in tensors.items()}, columns=shape["columns"],
-                   beta=shape["beta"])
+                   beta=shape["beta"], graded=GradedAnswers.load(folder))
 
 
 @dataclass
@@ -114,30 +126,49 @@ class FitResult:
     iterations: int
     rows: int
     weight_by_source: dict = field(default_factory=dict)
+    style_beta: list = field(default_factory=list)  # the judge's nuisance coefficients (β), in nuisance order
 
 
 class TrainingTimeLimit(RuntimeError):
     """The wall-clock safety net was hit: nothing is shipped (budgets are iterations, never minutes)."""
 
 
+def _sides(pairs: pd.DataFrame) -> tuple[list[tuple], np.ndarray, np.ndarray]:
+    """The distinct (prompt, text, model) answers of the pairs, and each row's chosen and rejected among them."""
+    def side(text_column, model_column):
+        models = pairs[model_column] if model_column in pairs else pd.Series([None] * len(pairs))
+        return list(zip(pairs["prompt"].map(str), pairs[text_column].map(str),
+                        [None if pd.isna(m) else str(m) for m in models]))
+    chosen_sides, rejected_sides = side("chosen", "chosen_model"), side("rejected", "rejected_model")
+    answers = list(dict.fromkeys(chosen_sides + rejected_sides))
+    index = {answer: i for i, answer in enumerate(answers)}
+    return answers, np.array([index[a] for a in chosen_sides]), np.array([index[a] for a in rejected_sides])
+
+
 def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], config: LinearConfig,
-               criteria_key, log=print, deadline: float | None = None) -> FitResult:
-    """Fit on crm.training_pairs rows (prompt, chosen, rejected, criteria, source, label_kind, soft_label).
-    `criteria_vectors[criteria_key(row criteria)]` is each row's embedded criteria."""
+               criteria_key, log=print, deadline: float | None = None,
+               graded: GradedAnswers | None = None) -> FitResult:
+    """Fit on crm.training_pairs rows (prompt, chosen, rejected, criteria, source, label_kind, soft_label,
+    chosen_model, rejected_model). `criteria_vectors[criteria_key(row criteria)]` is each row's embedded criteria;
+    `graded`: the graded answers (each training answer is compared with the other model families' only)."""
     from threadpoolctl import threadpool_limits
 
-    columns = config.feature_columns()
-    texts = list(dict.fromkeys(list(pairs["chosen"]) + list(pairs["rejected"])))
-    index = {text: i for i, text in enumerate(texts)}
-    chosen = pairs["chosen"].map(index).to_numpy()
-    rejected = pairs["rejected"].map(index).to_numpy()
+    if config.judge_nuisance not in JUDGE_NUISANCES:
+        raise ValueError(f"judge_nuisance must be one of {', '.join(JUDGE_NUISANCES)}, not {config.judge_nuisance!r}")
+    graded = graded if graded is not None and len(graded) and config.graded_answers else None
+    columns = config.feature_columns(graded=graded is not None)
+    answers, chosen, rejected = _sides(pairs)
+    texts = [text for _, text, _ in answers]
     raw = feature_matrix(texts).astype(np.float64)
+    graded_column = (graded.feature([p for p, _, _ in answers], texts, [m for _, _, m in answers])
+                     if graded is not None and len(FEATURE_NAMES) in columns else np.zeros(len(answers)))
+    raw = np.concatenate([raw, graded_column.reshape(-1, 1)], axis=1)
     mean, std = raw[:, columns].mean(0), np.maximum(raw[:, columns].std(0), 1e-3)
     scaled = (raw[:, columns] - mean) / std
     d_features = scaled[chosen] - scaled[rejected]
     d_length = raw[chosen, LOG_CHARS] - raw[rejected, LOG_CHARS]
     if config.ngrams:
-        grams = ngram_matrix(texts)
+        grams = ngram_matrix(texts)  # an answer under two prompts is hashed twice: the same row
         d_grams = (grams[chosen] - grams[rejected]).tocsr().astype(np.float64)
     else:
         d_grams = sparse.csr_matrix((len(pairs), N_BUCKETS))
@@ -150,7 +181,15 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
                                shape=(len(unique_keys), len(pairs)))
     soft = pairs["soft_label"].fillna(1.0).to_numpy(float) if "soft_label" in pairs else np.ones(len(pairs))
     judge = (pairs["label_kind"] == "ai_judge").to_numpy(float) if "label_kind" in pairs else np.zeros(len(pairs))
-    nuisance = judge * d_length if config.judge_length_nuisance else np.zeros(len(pairs))
+    if config.judge_nuisance == "style":  # LMArena's style-control covariates: length and markdown
+        markdown = raw[:, [FEATURE_NAMES.index(name) for name in MARKDOWN_FEATURES]]
+        markdown = (markdown - markdown.mean(0)) / np.maximum(markdown.std(0), 1e-3)
+        nuisance = judge[:, None] * np.concatenate([d_length[:, None], markdown[chosen] - markdown[rejected]], axis=1)
+    elif config.judge_nuisance == "length":
+        nuisance = (judge * d_length)[:, None]
+    else:
+        nuisance = np.zeros((len(pairs), 1))
+    q = nuisance.shape[1]
     weights = pairs["source"].map(lambda s: config.source_weights.get(s, 1.0)).to_numpy(float)
     weights = weights / weights.sum()
     k, dim = len(columns), crit.shape[1]
@@ -159,12 +198,12 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
         u = theta[:N_BUCKETS]
         v = theta[N_BUCKETS:N_BUCKETS + k]
         gate = theta[N_BUCKETS + k:N_BUCKETS + k + k * dim].reshape(k, dim)
-        return u, v, gate, theta[-1]
+        return u, v, gate, theta[len(theta) - q:]
 
     def objective(theta):
         u, v, gate, beta = unpack(theta)
         coefficients = v + (crit @ gate.T)[crit_rows]  # rows × k
-        z = d_grams @ u + (coefficients * d_features).sum(1) + beta * nuisance
+        z = d_grams @ u + (coefficients * d_features).sum(1) + nuisance @ beta
         loss = float(weights @ (np.logaddexp(0.0, z) - soft * z))
         g = weights * (1.0 / (1.0 + np.exp(-z)) - soft)
         per_criteria = member @ (d_features * g[:, None])  # criteria × k
@@ -172,7 +211,7 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
             d_grams.T @ g + 2 * config.l2_ngrams * u,
             d_features.T @ g + 2 * config.l2_features * v,
             (per_criteria.T @ crit + 2 * config.l2_gate * gate).reshape(-1),
-            [g @ nuisance],
+            nuisance.T @ g,
         ])
         loss += config.l2_ngrams * u @ u + config.l2_features * v @ v + config.l2_gate * float((gate * gate).sum())
         return loss, grad
@@ -184,17 +223,19 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
             raise TrainingTimeLimit("the linear CRM hit its wall-clock safety net (crm_settings.max_minutes) "
                                     "before its iterations ended: no checkpoint was written; raise max_minutes")
 
-    theta0 = np.zeros(N_BUCKETS + k + k * dim + 1)
+    theta0 = np.zeros(N_BUCKETS + k + k * dim + q)
     with threadpool_limits(limits=1):  # one thread: the same sums in the same order on any machine load
         result = minimize(objective, theta0, jac=True, method="L-BFGS-B", callback=safety_net,
                           options={"maxiter": config.iterations, "maxfun": config.iterations * 2})
     u, v, gate, beta = unpack(result.x)
     log(f"linear CRM ({config.features} features{', n-grams' if config.ngrams else ''}): {len(pairs):,} rows, "
-        f"{result.nit} L-BFGS iterations, loss {result.fun:.4f}, judge length coefficient β={beta:.3f}")
+        f"{result.nit} L-BFGS iterations, loss {result.fun:.4f}, judge {config.judge_nuisance} coefficients "
+        f"β={np.round(beta, 3).tolist()}")
     by_source = pairs.groupby("source").size().to_dict()
-    return FitResult(LinearWeights(u, v, gate, mean, std, columns, float(beta)), float(result.fun), int(result.nit),
-                     len(pairs), {s: {"rows": int(n), "weight": config.source_weights.get(s, 1.0)}
-                                  for s, n in by_source.items()})
+    kept_graded = graded if len(FEATURE_NAMES) in columns else None
+    sources = {s: {"rows": int(n), "weight": config.source_weights.get(s, 1.0)} for s, n in by_source.items()}
+    return FitResult(LinearWeights(u, v, gate, mean, std, columns, float(beta[0]), kept_graded), float(result.fun),
+                     int(result.nit), len(pairs), sources, [round(float(b), 6) for b in beta])
 
 
 def config_dict(config: LinearConfig) -> dict:

@@ -15,6 +15,7 @@ import torch
 
 from usl_assets.crm import linear
 from usl_assets.crm.backbones import Backbone
+from usl_assets.crm.graded_answers import GradedAnswers
 from usl_assets.crm.interface import ScoreItem
 from usl_assets.crm.model import criteria_text, embed_texts, load_encoder
 
@@ -67,8 +68,10 @@ def linear_config(train_config) -> linear.LinearConfig:
     return linear.LinearConfig(iterations=train_config.max_steps, source_weights=weights)
 
 
-def train_linear(pairs: pd.DataFrame, backbone: Backbone, train_config, folder: Path, log) -> dict:
-    """Fit the CRM and its length-only twin into `folder`; returns the figures train_crm records."""
+def train_linear(pairs: pd.DataFrame, backbone: Backbone, train_config, folder: Path, log,
+                 graded_answers: pd.DataFrame | None = None) -> dict:
+    """Fit the CRM and its length-only twin into `folder`; returns the figures train_crm records.
+    `graded_answers`: crm.graded_answers rows, for the graded-answers feature (none: the feature is left out)."""
     started = time.perf_counter()
     encoder = CriteriaEncoder(backbone, train_config.max_length // 2)
     profiles = {criteria_key(c): tuple(criteria_lines(c)) for c in pairs["criteria"]}
@@ -78,9 +81,14 @@ def train_linear(pairs: pd.DataFrame, backbone: Backbone, train_config, folder: 
     vectors = dict(zip(profiles, encoder.embed(list(profiles.values()))))
     deadline = started + train_config.max_minutes * 60
     config = linear_config(train_config)
-    fitted = linear.fit_linear(pairs, vectors, config, criteria_key, log=log, deadline=deadline)
+    graded = None
+    if graded_answers is not None and len(graded_answers):
+        graded = GradedAnswers.build(graded_answers)
+        log(f"graded answers: {len(graded):,} judged answers to {len(set(graded.prompt_keys)):,} prompts")
+    fitted = linear.fit_linear(pairs, vectors, config, criteria_key, log=log, deadline=deadline, graded=graded)
     extra = {"criteria_max_length": encoder.max_length, "config": linear.config_dict(config),
-             "weight_by_source": fitted.weight_by_source}
+             "weight_by_source": fitted.weight_by_source, "judge_style_beta": fitted.style_beta,
+             "feature_names": [linear.ROW_FEATURES[c] for c in fitted.weights.columns]}
     fitted.weights.save(folder, extra)
     twin_config = linear.LinearConfig(iterations=config.iterations, ngrams=False, features="length",
                                       source_weights=config.source_weights)
@@ -101,7 +109,7 @@ class LinearScorer:
         self.weights, self.encoder, self.checkpoint_id = weights, encoder, checkpoint_id
 
     def embed_responses(self, prompts: list[str], responses: list[str], batch_size: int = 32) -> np.ndarray:
-        return self.weights.response_rows([str(r) for r in responses])
+        return self.weights.response_rows([str(p) for p in prompts], [str(r) for r in responses])
 
     def embed_criteria(self, criteria: list[tuple[str, ...]]) -> np.ndarray:
         return self.encoder.embed(list(criteria)).astype(np.float32)

@@ -97,10 +97,13 @@ def pair_examples(pairs: pd.DataFrame) -> list[tuple[str, str, str, tuple[str, .
     ]
 
 
-def training_data_hash(pairs: pd.DataFrame) -> str:
+def training_data_hash(pairs: pd.DataFrame, graded_answers: pd.DataFrame | None = None) -> str:
     digest = hashlib.sha256()
     for example in pair_examples(pairs):
         digest.update(json.dumps(example).encode())
+    if graded_answers is not None and len(graded_answers):
+        for row in graded_answers[["prompt", "model", "response", "strength"]].itertuples(index=False):
+            digest.update(json.dumps([str(row[0]), str(row[1]), str(row[2]), float(row[3])]).encode())
     return digest.hexdigest()[:16]
 
 
@@ -147,14 +150,17 @@ def bt_loss(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
 
 
 def train_crm(pairs: pd.DataFrame, backbone: Backbone, config: TrainConfig, models_root: Path,
-              log: Log = print, stop_after_steps: int | None = None) -> TrainResult:
+              log: Log = print, stop_after_steps: int | None = None,
+              graded_answers: pd.DataFrame | None = None) -> TrainResult:
     """Train (or resume, or reuse) a CRM on `pairs`; returns where the checkpoint is and how training went.
 
     `stop_after_steps` ends the run early without finishing the checkpoint (what a crash leaves behind; tests).
+    `graded_answers` (crm.graded_answers) feeds the linear CRM's graded-answers feature; the LoRA ones ignore it.
     """
     if pairs.empty:
         raise ValueError("no training pairs")
-    data_hash = training_data_hash(pairs)
+    graded_answers = graded_answers if config.architecture == "linear" else None
+    data_hash = training_data_hash(pairs, graded_answers)
     ckpt_id = checkpoint_id(backbone, data_hash, config)
     folder = models_root / config.architecture / ckpt_id
     if is_finished(folder):
@@ -165,7 +171,7 @@ def train_crm(pairs: pd.DataFrame, backbone: Backbone, config: TrainConfig, mode
     if config.architecture == "linear":
         from usl_assets.crm.linear_crm import train_linear
 
-        figures = train_linear(pairs, backbone, config, folder, log)
+        figures = train_linear(pairs, backbone, config, folder, log, graded_answers)
         result = TrainResult(folder, ckpt_id, figures["steps"], figures["pairs_seen"], figures["tokens_seen"],
                              figures["wall_seconds"], figures["final_loss"], round(peak_memory_mb(torch.device("cpu")), 1))
     else:
