@@ -119,3 +119,21 @@ def test_the_wall_clock_safety_net_fails_the_training_and_ships_nothing(table, b
 def test_the_safety_net_is_not_part_of_the_checkpoint_id():
     assert config(max_minutes=1.0).budget_key() == config(max_minutes=99.0).budget_key()
     assert config(max_steps=10).budget_key() != config(max_steps=11).budget_key()
+
+
+def test_the_linear_fit_settings_are_part_of_the_checkpoint_id(backbone, monkeypatch):
+    """A changed fit default (the judge's style terms, a penalty, the graded answers' τ) must not reuse an old
+    checkpoint trained without it."""
+    from dataclasses import replace
+
+    from usl_assets.crm import graded_answers, linear_crm
+    from usl_assets.crm.train import checkpoint_id
+
+    before = checkpoint_id(backbone, "data", config())
+    original = linear_crm.linear_config
+    monkeypatch.setattr(linear_crm, "linear_config", lambda c: replace(original(c), judge_nuisance="length"))
+    changed_fit = checkpoint_id(backbone, "data", config())
+    monkeypatch.setattr(linear_crm, "linear_config", original)
+    monkeypatch.setattr(graded_answers, "TEMPERATURE", 0.5)
+    changed_tau = checkpoint_id(backbone, "data", config())
+    assert len({before, changed_fit, changed_tau}) == 3

@@ -68,6 +68,13 @@ def linear_config(train_config) -> linear.LinearConfig:
     return linear.LinearConfig(iterations=train_config.max_steps, source_weights=weights)
 
 
+def linear_fit_key(train_config) -> dict:
+    """What of the linear fit the checkpoint id hashes beyond TrainConfig: a changed default retrains."""
+    from usl_assets.crm import graded_answers
+
+    return {**linear.config_dict(linear_config(train_config)), "graded_temperature": graded_answers.TEMPERATURE}
+
+
 def train_linear(pairs: pd.DataFrame, backbone: Backbone, train_config, folder: Path, log,
                  graded_answers: pd.DataFrame | None = None) -> dict:
     """Fit the CRM and its length-only twin into `folder`; returns the figures train_crm records.

@@ -108,8 +108,12 @@ def training_data_hash(pairs: pd.DataFrame, graded_answers: pd.DataFrame | None 
 
 
 def checkpoint_id(backbone: Backbone, data_hash: str, config: TrainConfig) -> str:
-    key = json.dumps({"backbone": backbone.identity, "data": data_hash, "config": config.budget_key()},
-                     sort_keys=True)
+    parts = {"backbone": backbone.identity, "data": data_hash, "config": config.budget_key()}
+    if config.architecture == "linear":  # the fit's own settings (penalties, style terms, graded answers' τ)
+        from usl_assets.crm.linear_crm import linear_fit_key
+
+        parts["linear"] = linear_fit_key(config)
+    key = json.dumps(parts, sort_keys=True)
     return f"{backbone.name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
