@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from usl_assets.crm import data, judge_pairs
-from usl_assets.crm.data_assets import EXCLUDED_TABLE, PAIRS_TABLE, crm_training_pairs
+from usl_assets.crm.data_assets import EXCLUDED_TABLE, PAIRS_TABLE, crm_training_pairs, graded_answers_out_of_sample
 from usl_assets.crm.data_assets import defs as crm_data_defs
 from usl_assets.crm.features import response_counts
 from usl_assets.settings import UslConfigError
@@ -233,6 +233,10 @@ def test_bad_rows_are_excluded_with_a_reason(real_inputs):
 
 # ------------------------------------------------------------------------------------- the asset
 
+def metadata_value(result, key):
+    return result.asset_materializations_for_node("crm_training_pairs")[0].metadata[key].value
+
+
 def test_materialize_training_pairs(usl_env, real_inputs):
     from usl_assets.preferences.assets import scenario_criteria
 
@@ -242,8 +246,15 @@ def test_materialize_training_pairs(usl_env, real_inputs):
                             resources=usl_env, selection=[scenario_criteria.key, crm_training_pairs.key])
     assert result.success
     checks = result.get_asset_check_evaluations()
-    assert len(checks) == 4 and all(check.passed for check in checks)
+    assert len(checks) == 5 and all(check.passed for check in checks)
     table = usl_env["warehouse"].read_table(PAIRS_TABLE)
+    graded = usl_env["warehouse"].read_table("crm.graded_answers")
+    assert len(graded) and metadata_value(result, "graded_answers") == len(graded)
+    # One held-out model's answer slipped in: the blocking check says so.
+    leaked = {**graded.iloc[0].to_dict(), "model": judge_pairs.heldout_model_names(table)[0]}
+    usl_env["warehouse"].replace_table("crm.graded_answers", pd.concat([graded, pd.DataFrame([leaked])]))
+    failed = graded_answers_out_of_sample(warehouse=usl_env["warehouse"])
+    assert not failed.passed and failed.metadata["held_out_model"].value == 1
     assert list(table.columns) == list(data.COLUMNS)
     assert min(data.split_sizes(table).values()) > 0
     assert usl_env["warehouse"].read_table(EXCLUDED_TABLE)["reason"].notna().all()

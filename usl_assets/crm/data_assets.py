@@ -3,6 +3,7 @@
 import time
 
 import dagster as dg
+import numpy as np
 import pandas as pd
 
 from usl_assets.crm import data, judge_pairs
@@ -152,8 +153,27 @@ def training_pairs_labels_two_sided(warehouse: Warehouse) -> dg.AssetCheckResult
     return dg.AssetCheckResult(passed=bool(passed), metadata={"label balance per split": _markdown(balance)})
 
 
+@dg.asset_check(asset=crm_training_pairs, blocking=True,
+                description="crm.graded_answers is out of sample: no held-out judged model, none of the reference's "
+                "answers, no prompt of a human test split, finite strengths.")
+def graded_answers_out_of_sample(warehouse: Warehouse) -> dg.AssetCheckResult:
+    pairs, graded = _pairs(warehouse), warehouse.read_table(GRADED_TABLE)
+    held = set(judge_pairs.heldout_model_names(pairs))
+    judge_tests = pairs[pairs["split"] == judge_pairs.HELDOUT_SPLIT]
+    reference = set(judge_tests["chosen_model"].dropna()) & set(judge_tests["rejected_model"].dropna())
+    test_prompts = data.human_test_prompts(pairs[pairs["label_kind"] == "human"])
+    problems = {
+        "held_out_model": int(graded["model"].isin(held).sum()),
+        "reference_answer": int(graded["model"].isin(reference).sum()),
+        "test_prompt": int(graded["prompt"].map(data.prompt_key).isin(test_prompts).sum()),
+        "non_finite_strength": int((~np.isfinite(graded["strength"].to_numpy(float))).sum()),
+    }
+    return dg.AssetCheckResult(passed=not any(problems.values()), metadata={
+        "graded_answers": dg.MetadataValue.int(len(graded)), **{k: dg.MetadataValue.int(v) for k, v in problems.items()}})
+
+
 defs = dg.Definitions(
     assets=[crm_training_pairs],
-    asset_checks=[training_pairs_no_prompt_leakage, training_pairs_splits_non_empty,
+    asset_checks=[training_pairs_no_prompt_leakage, training_pairs_splits_non_empty, graded_answers_out_of_sample,
                   training_pairs_directions_balanced, training_pairs_labels_two_sided],
 )
