@@ -168,8 +168,9 @@ def graded_answers_out_of_sample(warehouse: Warehouse) -> dg.AssetCheckResult:
         "test_prompt": int(graded["prompt"].map(data.prompt_key).isin(test_prompts).sum()),
         "non_finite_strength": int((~np.isfinite(graded["strength"].to_numpy(float))).sum()),
     }
-    return dg.AssetCheckResult(passed=not any(problems.values()), metadata={
-        "graded_answers": dg.MetadataValue.int(len(graded)), **{k: dg.MetadataValue.int(v) for k, v in problems.items()}})
+    metadata = {"graded_answers": len(graded), **problems}
+    return dg.AssetCheckResult(passed=not any(problems.values()),
+                               metadata={k: dg.MetadataValue.int(v) for k, v in metadata.items()})
 
 
 defs = dg.Definitions(

@@ -6,8 +6,8 @@ with the user's criteria gating each feature:
 h(a): hashed word 1–2-grams of the response (2^18 buckets, L2-normalized); f(p, a): the 21 standardized features
 of crm/features.py (length, lists, code, refusals…) and `graded_answers` (crm/graded_answers.py: what the AI
 judge said of other models' answers to the same prompt; 0 for prompts it never graded); e(c): the criteria text
-embedded once by the frozen encoder (MiniLM by default). W e(c) is what lets "prefers brief answers" turn the length features down and "use lists"
-turn the list features up, so a flipped criterion flips the preference.
+embedded once by the frozen encoder (MiniLM by default). W e(c) is what lets "prefers brief answers" turn the
+length features down and "use lists" turn the list features up, so a flipped criterion flips the preference.
 
 Training minimizes the soft Bradley–Terry loss −[y log σ(z) + (1 − y) log σ(−z)] with y the probability that
 `chosen` wins (the judge's own for AI-judge pairs, 1 for human and criteria-defined rows), per-source weights, and
@@ -82,7 +82,7 @@ class LinearWeights:
     feature_mean: np.ndarray
     feature_std: np.ndarray
     columns: list[int]
-    beta: float = 0.0  # the AI judge's length coefficient (not part of the reward)
+    beta: float = 0.0  # the AI judge's length coefficient, β's first term (not part of the reward)
     graded: GradedAnswers | None = None
 
     def response_rows(self, prompts: list[str], responses: list[str]) -> np.ndarray:
