@@ -68,3 +68,31 @@ def test_postgres_instance_records_a_real_materialization(postgres_instance, usl
     assert event.asset_materialization.metadata["dagster/row_count"].value == 1392
     runs = postgres_instance.get_runs()
     assert [run.run_id for run in runs] == [result.run_id]
+
+
+def test_a_one_slot_pool_is_claimed_by_one_step_even_when_steps_claim_at_the_same_instant(postgres_instance):
+    """Eight threads claim the one slot of a pool at the same instant, twenty times: at most one claim succeeds
+    each time (Dagster 1.13.27's own PostgreSQL claim can give the slot to two; usl_assets/postgres_storage.py)."""
+    import threading
+
+    from usl_assets.postgres_storage import AtomicClaimPostgresEventLogStorage
+
+    storage = postgres_instance.event_log_storage
+    assert isinstance(storage, AtomicClaimPostgresEventLogStorage)
+    storage.set_concurrency_slots("race_test", 1)
+    for round_number in range(20):
+        barrier, claimed = threading.Barrier(8), []
+
+        def claim(worker: int) -> None:
+            barrier.wait()
+            status = storage._claim_concurrency_slot("race_test", f"run-{round_number}-{worker}", f"step-{worker}")
+            if status.name == "CLAIMED":
+                claimed.append(worker)
+
+        threads = [threading.Thread(target=claim, args=(worker,)) for worker in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(claimed) == 1, f"round {round_number}: {len(claimed)} steps hold the one slot"
+        storage.free_concurrency_slots_for_run(f"run-{round_number}-{claimed[0]}")
