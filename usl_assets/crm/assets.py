@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from usl_assets.crm import backbones, evaluate, scorer, train
+from usl_assets.crm.data_assets import GRADED_TABLE
 from usl_assets.crm.interface import ScoreItem
 from usl_assets.resources import WAREHOUSE_POOL, UslHome, Warehouse
 from usl_assets.settings import UslConfigError
@@ -17,7 +18,6 @@ from usl_assets.settings import UslConfigError
 GROUP = "crm"
 TRAINING_POOL = "crm_training"  # one training at a time: two at once would only halve each one's budget
 PAIRS_TABLE = "crm.training_pairs"
-GRADED_TABLE = "crm.graded_answers"
 
 
 OPTIONAL_TAG = "usl/optional"  # assets `usl run` leaves out unless asked (`usl run --neural-crm`)

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from scipy import sparse
+from sklearn.preprocessing import normalize
 
 from usl_assets.crm.judge_pairs import model_family
 from usl_assets.crm.splits import prompt_key
@@ -39,11 +40,6 @@ def _counts(texts: list[str]) -> sparse.csr_matrix:
     counts = vectorizer.transform([str(t) for t in texts]).tocsr()
     counts.data = 1.0 + np.log(counts.data)  # sublinear term frequency
     return counts
-
-
-def _normalized(matrix: sparse.csr_matrix) -> sparse.csr_matrix:
-    norms = np.sqrt(np.asarray(matrix.multiply(matrix).sum(axis=1)).ravel())
-    return sparse.diags(1.0 / np.maximum(norms, 1e-12)).astype(np.float32) @ matrix
 
 
 @dataclass
@@ -64,7 +60,7 @@ class GradedAnswers:
         idf = (np.log((1.0 + len(table)) / (1.0 + document_frequency)) + 1.0).astype(np.float32)
         return cls(table["prompt_key"].to_numpy(str), table["model"].map(model_family).to_numpy(str),
                    table["strength"].to_numpy(float),
-                   _normalized(counts @ sparse.diags(idf)).tocsr(), idf)
+                   normalize(counts @ sparse.diags(idf)).tocsr(), idf)
 
     def __len__(self) -> int:
         return len(self.strengths)
@@ -80,7 +76,7 @@ class GradedAnswers:
         known = np.flatnonzero(ends - starts >= 2)
         if not len(known):
             return out
-        queries = _normalized(_counts([responses[i] for i in known]) @ sparse.diags(self.idf)).tocsr()
+        queries = normalize(_counts([responses[i] for i in known]) @ sparse.diags(self.idf)).tocsr()
         by_prompt: dict[tuple[int, int], list[int]] = {}
         for row, i in enumerate(known):
             by_prompt.setdefault((int(starts[i]), int(ends[i])), []).append(row)

@@ -35,6 +35,7 @@ MARKDOWN_FEATURES = ("log_headings", "log_bold_marks", "log_list_items", "list_l
 JUDGE_NUISANCES = ("style", "length", "none")
 LOG_CHARS = FEATURE_NAMES.index("log_chars")
 ROW_FEATURES = (*FEATURE_NAMES, "graded_answers")  # the columns after the n-gram score in a response row
+GRADED_COLUMN = ROW_FEATURES.index("graded_answers")
 WEIGHTS_FILE = "linear.safetensors"
 SHAPE_FILE = "linear.json"
 
@@ -88,7 +89,7 @@ class LinearWeights:
     def response_rows(self, prompts: list[str], responses: list[str]) -> np.ndarray:
         """Per response: [u·h(a), raw features …, graded_answers] (float32): what scoring caches."""
         ngram = ngram_matrix(responses) @ self.u if np.any(self.u) else np.zeros(len(responses))
-        uses_graded = self.graded is not None and len(FEATURE_NAMES) in self.columns
+        uses_graded = self.graded is not None and GRADED_COLUMN in self.columns
         graded = self.graded.feature(prompts, responses) if uses_graded else np.zeros(len(responses))
         return np.concatenate([np.asarray(ngram, np.float64).reshape(-1, 1), feature_matrix(responses),
                                graded.reshape(-1, 1)], axis=1).astype(np.float32)
@@ -104,7 +105,7 @@ class LinearWeights:
         tensors = {name: np.ascontiguousarray(getattr(self, name), dtype=np.float32)
                    for name in ("u", "v", "gate", "feature_mean", "feature_std")}
         save_file(tensors, folder / WEIGHTS_FILE)
-        if self.graded is not None and len(FEATURE_NAMES) in self.columns:
+        if self.graded is not None and GRADED_COLUMN in self.columns:
             self.graded.save(folder)
         (folder / SHAPE_FILE).write_text(json.dumps({"columns": self.columns, "beta": self.beta, **extra},
                                                     indent=2), encoding="utf-8")
@@ -161,7 +162,7 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     texts = [text for _, text, _ in answers]
     raw = feature_matrix(texts).astype(np.float64)
     graded_column = (graded.feature([p for p, _, _ in answers], texts, [m for _, _, m in answers])
-                     if graded is not None and len(FEATURE_NAMES) in columns else np.zeros(len(answers)))
+                     if graded is not None and GRADED_COLUMN in columns else np.zeros(len(answers)))
     raw = np.concatenate([raw, graded_column.reshape(-1, 1)], axis=1)
     mean, std = raw[:, columns].mean(0), np.maximum(raw[:, columns].std(0), 1e-3)
     scaled = (raw[:, columns] - mean) / std
@@ -232,7 +233,7 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
         f"{result.nit} L-BFGS iterations, loss {result.fun:.4f}, judge {config.judge_nuisance} coefficients "
         f"β={np.round(beta, 3).tolist()}")
     by_source = pairs.groupby("source").size().to_dict()
-    kept_graded = graded if len(FEATURE_NAMES) in columns else None
+    kept_graded = graded if GRADED_COLUMN in columns else None
     sources = {s: {"rows": int(n), "weight": config.source_weights.get(s, 1.0)} for s, n in by_source.items()}
     return FitResult(LinearWeights(u, v, gate, mean, std, columns, float(beta[0]), kept_graded), float(result.fun),
                      int(result.nit), len(pairs), sources, [round(float(b), 6) for b in beta])
