@@ -1,13 +1,15 @@
 """The graded-answers feature and the judge's style terms, measured on a `make run` warehouse: the figures
 docs/crm.md quotes for how τ and `judge_nuisance` were chosen.
 
-    .venv/bin/python benchmarks/graded_answers.py [--taus 0.02,0.05,0.1,1.0] [--nuisances length,style,none]
+    .venv/bin/python benchmarks/graded_answers.py [--taus 0.02,0.05,0.1,1.0]
+        [--variants judge_nuisance=length judge_nuisance=style degeneration=false+judge_nuisance=style …]
 
 Part 1, the feature alone: for each τ, the win-rate Spearman of the held-out judged models against the judge
 (judge_heldout_models: the dev measure τ is chosen on), and, for reference, the AlpacaEval pool's usl_soft point
 estimate (temperature 1, no bootstrap) against LMArena 2025. Part 2, the whole linear CRM fitted on
-crm.training_pairs with each judge nuisance: the same pool figure (default profile) and the accuracy on
-human_heldout and pandalm_majority next to the length baseline's. Reads `$USL_HOME/published/warehouse.duckdb`.
+crm.training_pairs under each variant (LinearConfig fields to override, joined by +; `default` for none): the same
+pool figure (default profile) and the accuracy on human_heldout and all of pandalm_majority next to the length
+baseline's. Reads `$USL_HOME/published/warehouse.duckdb`.
 """
 
 import argparse
@@ -79,7 +81,21 @@ def feature_alone(frames: dict, taus: list[float], data_root: Path) -> None:
     graded_answers.TEMPERATURE = 0.1
 
 
-def whole_crm(frames: dict, nuisances: list[str], data_root: Path, home: Path) -> None:
+def parse_variant(text: str) -> dict:
+    """'degeneration=false+judge_nuisance=style' → {'degeneration': False, 'judge_nuisance': 'style'}."""
+    def value(raw: str):
+        if raw.lower() in ("true", "false"):
+            return raw.lower() == "true"
+        try:
+            return float(raw)
+        except ValueError:
+            return raw
+    if text == "default":
+        return {}
+    return {key: value(raw) for key, raw in (item.split("=", 1) for item in text.split("+"))}
+
+
+def whole_crm(frames: dict, variants: list[str], data_root: Path, home: Path) -> None:
     pairs, responses = frames["pairs"], frames["responses"]
     train = pairs[pairs["split"] == "train"].reset_index(drop=True)
     memory = graded_answers.GradedAnswers.build(frames["graded"])
@@ -96,12 +112,13 @@ def whole_crm(frames: dict, nuisances: list[str], data_root: Path, home: Path) -
             rewards[keys == key] = weights.score_rows(rows[keys == key], vectors[key])
         return rewards
 
-    print(f"\nwhole linear CRM ({len(train):,} training rows)\n  judge_nuisance   pool vs {RANKING}   "
+    print(f"\nwhole linear CRM ({len(train):,} training rows)\n  {'variant':<40} pool vs {RANKING}   "
           "human_heldout (length)   pandalm_majority (length)   fit s")
-    for nuisance in nuisances:
+    for variant in variants:
         started = time.perf_counter()
-        weights = linear.fit_linear(train, vectors, replace(linear.LinearConfig(), judge_nuisance=nuisance),
-                                    linear_crm.criteria_key, log=lambda _: None, graded=memory).weights
+        config = replace(linear.LinearConfig(), **parse_variant(variant))
+        weights = linear.fit_linear(train, vectors, config, linear_crm.criteria_key, log=lambda _: None,
+                                    graded=memory).weights
         seconds = time.perf_counter() - started
         accuracy = {}
         for split in ("human_heldout", "pandalm_majority"):
@@ -112,20 +129,23 @@ def whole_crm(frames: dict, nuisances: list[str], data_root: Path, home: Path) -
             accuracy[split] = f"{np.mean(chosen > rejected):.3f} ({longer:.3f})"
         pool = pool_spearman(responses, score(weights, responses["prompt"], responses["response"],
                                              responses["criteria"]), data_root)
-        print(f"  {nuisance:<16} {pool:>17.3f}   {accuracy['human_heldout']:>22}   "
+        print(f"  {variant:<40} {pool:>17.3f}   {accuracy['human_heldout']:>22}   "
               f"{accuracy['pandalm_majority']:>25}   {seconds:>5.0f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--taus", default="0.02,0.05,0.1,1.0")
-    parser.add_argument("--nuisances", default="length,style,none")
+    parser.add_argument("--variants", nargs="*",
+                        default=["judge_nuisance=length", "judge_nuisance=style", "judge_nuisance=none"])
     args = parser.parse_args()
     home = Path(os.environ.get("USL_HOME", ".usl"))
     data_root = Path(os.environ.get("USL_DATA_DIR", "../shared/data"))
     frames = load(home)
-    feature_alone(frames, [float(t) for t in args.taus.split(",")], data_root)
-    whole_crm(frames, [n for n in args.nuisances.split(",") if n], data_root, home)
+    taus = [float(t) for t in args.taus.split(",") if t]  # --taus '': part 2 only
+    if taus:
+        feature_alone(frames, taus, data_root)
+    whole_crm(frames, args.variants, data_root, home)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@ import math
 
 import numpy as np
 
-from usl_assets.crm.features import COUNT_NAMES, FEATURE_NAMES, feature_matrix, response_counts, response_features
+from usl_assets.crm.features import (COUNT_NAMES, DEGENERATION_FEATURES, FEATURE_NAMES, degeneration_matrix,
+                                     feature_matrix, prompt_copy_share, repeated_line_share, response_counts,
+                                     response_features)
 
 MARKDOWN = """# Setup
 
@@ -66,3 +68,25 @@ def test_features_of_real_responses_are_finite_and_vary(shared_data_dir):
     assert np.isfinite(matrix).all()
     varying = [name for name, column in zip(FEATURE_NAMES, matrix.T) if column.std() > 0]
     assert {"log_words", "log_list_items", "log_questions", "digit_ratio"} <= set(varying)
+
+
+def test_repeated_lines_are_counted_whatever_their_list_markers():
+    looped = "1. What is coding?\n2. How to debug code?\n3. How to debug code?\n4. how to DEBUG code"
+    assert repeated_line_share(looped) == 0.5  # lines 3 and 4 say line 2 again
+    assert repeated_line_share("- pen\n- ruler\n- paper") == 0.0
+    assert repeated_line_share("One line only.") == 0.0 and repeated_line_share(None) == 0.0
+
+
+def test_prompt_copy_is_the_share_of_the_answers_4_grams_found_in_the_prompt():
+    prompt = "Give the shop a motto. The shop is a small, quaint shop in the historic district."
+    assert prompt_copy_share(prompt, "The shop is a small, quaint shop in the historic district.") == 1.0
+    assert prompt_copy_share(prompt, "Enjoy the taste of tradition every single day") == 0.0
+    half = prompt_copy_share(prompt, "The shop is a small place to enjoy a cone")
+    assert 0 < half < 1
+    assert prompt_copy_share(prompt, "Too short") == 0.0 and prompt_copy_share(None, 3.5) == 0.0
+
+
+def test_degeneration_matrix_rows_follow_their_prompts():
+    matrix = degeneration_matrix(["say hi to the team", "unrelated"], ["say hi to the team", "say hi to the team"])
+    assert matrix.shape == (2, len(DEGENERATION_FEATURES)) and matrix.dtype == np.float32
+    assert matrix[0, 1] == 1.0 and matrix[1, 1] == 0.0

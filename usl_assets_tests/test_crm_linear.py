@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from usl_assets.crm import data, evaluate
+from usl_assets.crm import data, evaluate, linear
 from usl_assets.crm.backbones import resolve_backbone
 from usl_assets.crm.interface import ScoreItem
 from usl_assets.crm.linear import TrainingTimeLimit
@@ -68,6 +68,24 @@ def test_flipping_the_criteria_flips_the_preference_between_a_short_and_a_long_a
     rewards = scorer.score([ScoreItem(prompt, short, BRIEF), ScoreItem(prompt, long, BRIEF),
                             ScoreItem(prompt, short, THOROUGH), ScoreItem(prompt, long, THOROUGH)])
     assert rewards[0] > rewards[1] and rewards[3] > rewards[2]
+
+
+def test_the_degeneration_features_reach_the_reward(table, backbone, tmp_path):
+    """The same answer under a prompt it copies and under one it does not differs only in prompt_copy_share: the
+    reward must move with it, and a looped answer's cached row must show its loop."""
+    result = train_crm(table[table["split"] == "train"], backbone, config(), tmp_path / "crm", log=lambda _: None)
+    scorer = load_scorer(result.checkpoint_dir)
+    answer = "The ice cream shop is a small, quaint shop located in the heart of the historic district."
+    copied, fresh = f"Give this brand a motto. {answer}", "Give this ice cream brand a motto."
+    rewards = scorer.score([ScoreItem(copied, answer, BRIEF), ScoreItem(fresh, answer, BRIEF)])
+    assert abs(rewards[0] - rewards[1]) > 1e-4
+    looped = "\n".join(["1. How to make coffee"] + [f"{i}. How to make the perfect coffee" for i in range(2, 9)])
+    rows = scorer.embed_responses([fresh, fresh], [looped, answer])
+    column = 1 + linear.ROW_FEATURES.index("repeated_line_share")
+    assert rows[0, column] == 0.75 and rows[1, column] == 0.0
+    degeneration = {linear.ROW_FEATURES.index(name) for name in linear.DEGENERATION_FEATURES}
+    assert degeneration <= set(linear.LinearConfig().feature_columns())
+    assert not degeneration & set(linear.LinearConfig(degeneration=False).feature_columns())
 
 
 def test_training_is_deterministic_on_a_quiet_and_a_loaded_machine(table, backbone, tmp_path):

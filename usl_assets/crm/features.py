@@ -130,3 +130,37 @@ def feature_matrix(texts: list) -> np.ndarray:
     """One float32 row per text, columns in FEATURE_NAMES order."""
     rows = [list(response_features(text).values()) for text in texts]
     return np.asarray(rows, dtype=np.float32).reshape(len(rows), len(FEATURE_NAMES))
+
+
+# Signs of a degenerate answer, measured with the prompt (Holtzman et al.'s "neural text degeneration": small
+# models loop and echo). The linear CRM reads them next to FEATURE_NAMES; both teachers, once length is controlled,
+# prefer the answer that repeats and copies less (docs/crm.md).
+DEGENERATION_FEATURES = ("repeated_line_share", "prompt_copy_share")
+_COPY_NGRAM = 4
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def repeated_line_share(text: object) -> float:
+    """The share of non-empty lines that say again (list markers, case and punctuation aside) an earlier line."""
+    lines = [" ".join(_words(_LIST_MARKER.sub("", line))) for line in as_text(text).splitlines()]
+    lines = [line for line in lines if line]
+    return 1.0 - len(set(lines)) / len(lines) if len(lines) > 1 else 0.0
+
+
+def prompt_copy_share(prompt: object, text: object) -> float:
+    """The share of the answer's word 4-grams that are also in the prompt: an answer that echoes its input."""
+    words, prompt_words = _words(as_text(text)), _words(as_text(prompt))
+    grams = [tuple(words[i:i + _COPY_NGRAM]) for i in range(len(words) - _COPY_NGRAM + 1)]
+    if not grams:
+        return 0.0
+    in_prompt = {tuple(prompt_words[i:i + _COPY_NGRAM]) for i in range(len(prompt_words) - _COPY_NGRAM + 1)}
+    return sum(gram in in_prompt for gram in grams) / len(grams)
+
+
+def degeneration_matrix(prompts: list, texts: list) -> np.ndarray:
+    """One float32 row per (prompt, answer), columns in DEGENERATION_FEATURES order."""
+    rows = [(repeated_line_share(text), prompt_copy_share(prompt, text)) for prompt, text in zip(prompts, texts)]
+    return np.asarray(rows, dtype=np.float32).reshape(len(rows), len(DEGENERATION_FEATURES))

@@ -4,8 +4,9 @@ with the user's criteria gating each feature:
     r(c, p, a) = u·h(a) + (v + W e(c))·f(p, a)
 
 h(a): hashed word 1–2-grams of the response (2^18 buckets, L2-normalized); f(p, a): the 21 standardized features
-of crm/features.py (length, lists, code, refusals…) and `graded_answers` (crm/graded_answers.py: what the AI
-judge said of other models' answers to the same prompt; 0 for prompts it never graded); e(c): the criteria text
+of crm/features.py (length, lists, code, refusals…), its two degeneration features (repeated lines, 4-grams
+copied from the prompt) and `graded_answers` (crm/graded_answers.py: what the AI judge said of other models'
+answers to the same prompt; 0 for prompts it never graded); e(c): the criteria text
 embedded once by the frozen encoder (MiniLM by default). W e(c) is what lets "prefers brief answers" turn the
 length features down and "use lists" turn the list features up, so a flipped criterion flips the preference.
 
@@ -26,7 +27,7 @@ import pandas as pd
 from scipy import sparse
 from scipy.optimize import minimize
 
-from usl_assets.crm.features import FEATURE_NAMES, feature_matrix
+from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES, degeneration_matrix, feature_matrix
 from usl_assets.crm.graded_answers import GradedAnswers
 
 N_BUCKETS = 2**18
@@ -34,7 +35,8 @@ LENGTH_FEATURES = ("log_words", "log_chars")
 MARKDOWN_FEATURES = ("log_headings", "log_bold_marks", "log_list_items", "list_line_ratio")
 JUDGE_NUISANCES = ("style", "length", "none")
 LOG_CHARS = FEATURE_NAMES.index("log_chars")
-ROW_FEATURES = (*FEATURE_NAMES, "graded_answers")  # the columns after the n-gram score in a response row
+# The columns after the n-gram score in a response row.
+ROW_FEATURES = (*FEATURE_NAMES, *DEGENERATION_FEATURES, "graded_answers")
 GRADED_COLUMN = ROW_FEATURES.index("graded_answers")
 WEIGHTS_FILE = "linear.safetensors"
 SHAPE_FILE = "linear.json"
@@ -45,6 +47,7 @@ class LinearConfig:
     iterations: int = 150  # L-BFGS iterations: the whole budget
     ngrams: bool = True  # False: features only
     features: str = "all"  # all | length (the length-only twin)
+    degeneration: bool = True  # the repeated-lines and prompt-copy features (crm/features.py)
     graded_answers: bool = True  # the graded-answers feature, where training has graded answers
     l2_ngrams: float = 3e-4  # chosen on the dev evaluation (docs/crm.md)
     l2_features: float = 1e-4
@@ -55,7 +58,10 @@ class LinearConfig:
     def feature_columns(self, graded: bool = False) -> list[int]:
         if self.features == "length":
             return [FEATURE_NAMES.index(name) for name in LENGTH_FEATURES]
-        return list(range(len(ROW_FEATURES) if graded and self.graded_answers else len(FEATURE_NAMES)))
+        columns = list(range(len(FEATURE_NAMES)))
+        if self.degeneration:
+            columns += [ROW_FEATURES.index(name) for name in DEGENERATION_FEATURES]
+        return columns + ([GRADED_COLUMN] if graded and self.graded_answers else [])
 
 
 # What each source teaches (docs/crm.md): Auto-J humans judge helpfulness under each scenario's criteria; the AI
@@ -87,12 +93,13 @@ class LinearWeights:
     graded: GradedAnswers | None = None
 
     def response_rows(self, prompts: list[str], responses: list[str]) -> np.ndarray:
-        """Per response: [u·h(a), raw features …, graded_answers] (float32): what scoring caches."""
+        """Per response: [u·h(a), then ROW_FEATURES raw] (float32): what scoring caches."""
         ngram = ngram_matrix(responses) @ self.u if np.any(self.u) else np.zeros(len(responses))
         uses_graded = self.graded is not None and GRADED_COLUMN in self.columns
         graded = self.graded.feature(prompts, responses) if uses_graded else np.zeros(len(responses))
         return np.concatenate([np.asarray(ngram, np.float64).reshape(-1, 1), feature_matrix(responses),
-                               graded.reshape(-1, 1)], axis=1).astype(np.float32)
+                               degeneration_matrix(prompts, responses), graded.reshape(-1, 1)],
+                              axis=1).astype(np.float32)
 
     def score_rows(self, rows: np.ndarray, criteria_vector: np.ndarray) -> np.ndarray:
         scaled = (rows[:, 1:][:, self.columns].astype(np.float64) - self.feature_mean) / self.feature_std
@@ -107,8 +114,8 @@ class LinearWeights:
         save_file(tensors, folder / WEIGHTS_FILE)
         if self.graded is not None and GRADED_COLUMN in self.columns:
             self.graded.save(folder)
-        (folder / SHAPE_FILE).write_text(json.dumps({"columns": self.columns, "beta": self.beta, **extra},
-                                                    indent=2), encoding="utf-8")
+        shape = {"columns": self.columns, "feature_names": [ROW_FEATURES[c] for c in self.columns], "beta": self.beta}
+        (folder / SHAPE_FILE).write_text(json.dumps({**shape, **extra}, indent=2), encoding="utf-8")
 
     @classmethod
     def load(cls, folder: Path) -> "LinearWeights":
@@ -116,6 +123,9 @@ class LinearWeights:
 
         tensors = load_file(folder / WEIGHTS_FILE)
         shape = json.loads((folder / SHAPE_FILE).read_text(encoding="utf-8"))
+        saved = shape.get("feature_names")
+        if saved is not None and saved != [ROW_FEATURES[c] for c in shape["columns"]]:
+            raise ValueError(f"{folder} was trained on another feature layout ({', '.join(saved)}): retrain it")
         return cls(**{k: v.astype(np.float64) for k, v in tensors.items()}, columns=shape["columns"],
                    beta=shape["beta"], graded=GradedAnswers.load(folder))
 
@@ -159,11 +169,11 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     graded = graded if graded is not None and len(graded) and config.graded_answers else None
     columns = config.feature_columns(graded=graded is not None)
     answers, chosen, rejected = _sides(pairs)
-    texts = [text for _, text, _ in answers]
-    raw = feature_matrix(texts).astype(np.float64)
-    graded_column = (graded.feature([p for p, _, _ in answers], texts, [m for _, _, m in answers])
+    prompts, texts = [prompt for prompt, _, _ in answers], [text for _, text, _ in answers]
+    graded_column = (graded.feature(prompts, texts, [m for _, _, m in answers])
                      if graded is not None and GRADED_COLUMN in columns else np.zeros(len(answers)))
-    raw = np.concatenate([raw, graded_column.reshape(-1, 1)], axis=1)
+    raw = np.concatenate([feature_matrix(texts), degeneration_matrix(prompts, texts), graded_column.reshape(-1, 1)],
+                         axis=1).astype(np.float64)
     mean, std = raw[:, columns].mean(0), np.maximum(raw[:, columns].std(0), 1e-3)
     scaled = (raw[:, columns] - mean) / std
     d_features = scaled[chosen] - scaled[rejected]

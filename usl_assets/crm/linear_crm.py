@@ -72,7 +72,8 @@ def linear_fit_key(train_config) -> dict:
     """What of the linear fit the checkpoint id hashes beyond TrainConfig: a changed default retrains."""
     from usl_assets.crm import graded_answers
 
-    return {**linear.config_dict(linear_config(train_config)), "graded_temperature": graded_answers.TEMPERATURE}
+    return {**linear.config_dict(linear_config(train_config)), "graded_temperature": graded_answers.TEMPERATURE,
+            "row_features": list(linear.ROW_FEATURES)}
 
 
 def train_linear(pairs: pd.DataFrame, backbone: Backbone, train_config, folder: Path, log,
@@ -94,8 +95,7 @@ def train_linear(pairs: pd.DataFrame, backbone: Backbone, train_config, folder: 
         log(f"graded answers: {len(graded):,} judged answers to {len(set(graded.prompt_keys)):,} prompts")
     fitted = linear.fit_linear(pairs, vectors, config, criteria_key, log=log, deadline=deadline, graded=graded)
     extra = {"criteria_max_length": encoder.max_length, "config": linear.config_dict(config),
-             "weight_by_source": fitted.weight_by_source, "judge_style_beta": fitted.style_beta,
-             "feature_names": [linear.ROW_FEATURES[c] for c in fitted.weights.columns]}
+             "weight_by_source": fitted.weight_by_source, "judge_style_beta": fitted.style_beta}
     fitted.weights.save(folder, extra)
     twin_config = linear.LinearConfig(iterations=config.iterations, ngrams=False, features="length",
                                       source_weights=config.source_weights)
