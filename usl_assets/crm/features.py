@@ -8,6 +8,7 @@ order FEATURE_NAMES, so a feature vector means the same thing in every checkpoin
 
 import math
 import re
+from functools import lru_cache
 
 import numpy as np
 
@@ -143,6 +144,16 @@ def _words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
+def _ngrams(words: list[str]) -> list[tuple[str, ...]]:
+    return [tuple(words[i:i + _COPY_NGRAM]) for i in range(len(words) - _COPY_NGRAM + 1)]
+
+
+@lru_cache(maxsize=4096)
+def _prompt_ngrams(prompt: str) -> frozenset:
+    """Cached: a pool's answers come many to one prompt."""
+    return frozenset(_ngrams(_words(prompt)))
+
+
 def repeated_line_share(text: object) -> float:
     """The share of non-empty lines that say again (list markers, case and punctuation aside) an earlier line."""
     lines = [" ".join(_words(_LIST_MARKER.sub("", line))) for line in as_text(text).splitlines()]
@@ -152,11 +163,10 @@ def repeated_line_share(text: object) -> float:
 
 def prompt_copy_share(prompt: object, text: object) -> float:
     """The share of the answer's word 4-grams that are also in the prompt: an answer that echoes its input."""
-    words, prompt_words = _words(as_text(text)), _words(as_text(prompt))
-    grams = [tuple(words[i:i + _COPY_NGRAM]) for i in range(len(words) - _COPY_NGRAM + 1)]
+    grams = _ngrams(_words(as_text(text)))
     if not grams:
         return 0.0
-    in_prompt = {tuple(prompt_words[i:i + _COPY_NGRAM]) for i in range(len(prompt_words) - _COPY_NGRAM + 1)}
+    in_prompt = _prompt_ngrams(as_text(prompt))
     return sum(gram in in_prompt for gram in grams) / len(grams)
 
 

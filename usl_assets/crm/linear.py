@@ -77,6 +77,12 @@ def hasher():
                              lowercase=True, dtype=np.float32)
 
 
+def raw_features(prompts: list[str], texts: list[str], graded: np.ndarray) -> np.ndarray:
+    """The ROW_FEATURES of each answer, unscaled: the one place their column order is written."""
+    return np.concatenate([feature_matrix(texts), degeneration_matrix(prompts, texts),
+                           np.asarray(graded).reshape(-1, 1)], axis=1)
+
+
 def ngram_matrix(texts: list[str]) -> sparse.csr_matrix:
     return hasher().transform([str(t) for t in texts]).tocsr()
 
@@ -97,8 +103,7 @@ class LinearWeights:
         ngram = ngram_matrix(responses) @ self.u if np.any(self.u) else np.zeros(len(responses))
         uses_graded = self.graded is not None and GRADED_COLUMN in self.columns
         graded = self.graded.feature(prompts, responses) if uses_graded else np.zeros(len(responses))
-        return np.concatenate([np.asarray(ngram, np.float64).reshape(-1, 1), feature_matrix(responses),
-                               degeneration_matrix(prompts, responses), graded.reshape(-1, 1)],
+        return np.concatenate([np.asarray(ngram, np.float64).reshape(-1, 1), raw_features(prompts, responses, graded)],
                               axis=1).astype(np.float32)
 
     def score_rows(self, rows: np.ndarray, criteria_vector: np.ndarray) -> np.ndarray:
@@ -172,8 +177,7 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     prompts, texts = [prompt for prompt, _, _ in answers], [text for _, text, _ in answers]
     graded_column = (graded.feature(prompts, texts, [m for _, _, m in answers])
                      if graded is not None and GRADED_COLUMN in columns else np.zeros(len(answers)))
-    raw = np.concatenate([feature_matrix(texts), degeneration_matrix(prompts, texts), graded_column.reshape(-1, 1)],
-                         axis=1).astype(np.float64)
+    raw = raw_features(prompts, texts, graded_column).astype(np.float64)
     mean, std = raw[:, columns].mean(0), np.maximum(raw[:, columns].std(0), 1e-3)
     scaled = (raw[:, columns] - mean) / std
     d_features = scaled[chosen] - scaled[rejected]
