@@ -82,8 +82,11 @@ def feature_alone(frames: dict, taus: list[float], data_root: Path) -> None:
 
 
 def parse_variant(text: str) -> dict:
-    """'degeneration=false+judge_nuisance=style' → {'degeneration': False, 'judge_nuisance': 'style'}."""
-    def value(raw: str):
+    """'degeneration=false+judge_nuisance=style' → {'degeneration': False, 'judge_nuisance': 'style'};
+    'leave_out=a,b' → {'leave_out': ('a', 'b')}."""
+    def value(key: str, raw: str):
+        if key == "leave_out":
+            return tuple(name for name in raw.split(",") if name)
         if raw.lower() in ("true", "false"):
             return raw.lower() == "true"
         try:
@@ -92,7 +95,7 @@ def parse_variant(text: str) -> dict:
             return raw
     if text == "default":
         return {}
-    return {key: value(raw) for key, raw in (item.split("=", 1) for item in text.split("+"))}
+    return {key: value(key, raw) for key, raw in (item.split("=", 1) for item in text.split("+"))}
 
 
 def whole_crm(frames: dict, variants: list[str], data_root: Path, home: Path) -> None:

@@ -4,8 +4,8 @@ import math
 import numpy as np
 
 from usl_assets.crm.features import (COUNT_NAMES, DEGENERATION_FEATURES, FEATURE_NAMES, degeneration_matrix,
-                                     feature_matrix, prompt_copy_share, repeated_line_share, response_counts,
-                                     response_features)
+                                     feature_matrix, prompt_copy_share, prompt_terms_missed, repeated_line_share,
+                                     repeated_word_share, response_counts, response_features)
 
 MARKDOWN = """# Setup
 
@@ -86,7 +86,30 @@ def test_prompt_copy_is_the_share_of_the_answers_4_grams_found_in_the_prompt():
     assert prompt_copy_share(prompt, "Too short") == 0.0 and prompt_copy_share(None, 3.5) == 0.0
 
 
+def test_repeated_words_are_measured_in_50_word_windows_whatever_the_length():
+    assert repeated_word_share("every word here is new") == 0.0
+    assert repeated_word_share("yes YES yes, yes") == 0.75  # one distinct word in a 4-word window
+    distinct = " ".join(f"w{i}" for i in range(500))
+    assert repeated_word_share(distinct) == 0.0  # a long answer is not penalized for its length
+    looped = " ".join(f"w{i % 10}" for i in range(500))
+    assert repeated_word_share(looped) == 0.8  # 10 distinct words in every 50-word window
+    half = " ".join(f"w{i}" for i in range(25)) + " " + " ".join(f"w{i}" for i in range(25))
+    assert repeated_word_share(half) == 0.5
+    assert repeated_word_share("Hi") == 0.0 and repeated_word_share(None) == 0.0
+
+
+def test_prompt_terms_missed_counts_the_prompts_content_words_the_answer_never_uses():
+    prompt = "Describe the harbour of Lisbon at sunrise for a travel brochure."
+    assert prompt_terms_missed(prompt, "Lisbon's harbour at sunrise: a travel brochure you describe to friends") == 0.0
+    assert prompt_terms_missed(prompt, "I like trains.") == 1.0
+    # content words: harbour, lisbon, sunrise, travel, brochure (scikit-learn's stop words include "describe")
+    assert math.isclose(prompt_terms_missed(prompt, "The HARBOUR of lisbon is busy."), 3 / 5)
+    assert prompt_terms_missed("Is it on?", "Yes.") == 0.0 and prompt_terms_missed(None, None) == 0.0
+
+
 def test_degeneration_matrix_rows_follow_their_prompts():
     matrix = degeneration_matrix(["say hi to the team", "unrelated"], ["say hi to the team", "say hi to the team"])
     assert matrix.shape == (2, len(DEGENERATION_FEATURES)) and matrix.dtype == np.float32
     assert matrix[0, 1] == 1.0 and matrix[1, 1] == 0.0
+    missed = DEGENERATION_FEATURES.index("prompt_terms_missed")
+    assert matrix[0, missed] == 0.0 and matrix[1, missed] == 1.0

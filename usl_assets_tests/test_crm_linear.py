@@ -71,8 +71,9 @@ def test_flipping_the_criteria_flips_the_preference_between_a_short_and_a_long_a
 
 
 def test_the_degeneration_features_reach_the_reward(table, backbone, tmp_path):
-    """The same answer under a prompt it copies and under one it does not differs only in prompt_copy_share: the
-    reward must move with it, and a looped answer's cached row must show its loop."""
+    """The same answer under a prompt it copies and under one it does not differs only in the features read with
+    the prompt (prompt_copy_share, prompt_terms_missed): the reward must move with them, and a looped answer's
+    cached row must show its loop."""
     result = train_crm(table[table["split"] == "train"], backbone, config(), tmp_path / "crm", log=lambda _: None)
     scorer = load_scorer(result.checkpoint_dir)
     answer = "The ice cream shop is a small, quaint shop located in the heart of the historic district."
@@ -83,9 +84,14 @@ def test_the_degeneration_features_reach_the_reward(table, backbone, tmp_path):
     rows = scorer.embed_responses([fresh, fresh], [looped, answer])
     column = 1 + linear.ROW_FEATURES.index("repeated_line_share")
     assert rows[0, column] == 0.75 and rows[1, column] == 0.0
+    words = 1 + linear.ROW_FEATURES.index("repeated_word_share")
+    assert rows[0, words] > 0.5 > rows[1, words]
     degeneration = {linear.ROW_FEATURES.index(name) for name in linear.DEGENERATION_FEATURES}
     assert degeneration <= set(linear.LinearConfig().feature_columns())
     assert not degeneration & set(linear.LinearConfig(degeneration=False).feature_columns())
+    left_out = linear.LinearConfig(leave_out=("prompt_terms_missed",)).feature_columns()
+    assert set(linear.LinearConfig().feature_columns()) - set(left_out) == {
+        linear.ROW_FEATURES.index("prompt_terms_missed")}
 
 
 def test_training_is_deterministic_on_a_quiet_and_a_loaded_machine(table, backbone, tmp_path):

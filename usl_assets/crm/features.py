@@ -134,10 +134,12 @@ def feature_matrix(texts: list) -> np.ndarray:
 
 
 # Signs of a degenerate answer, measured with the prompt (Holtzman et al.'s "neural text degeneration": small
-# models loop and echo). The linear CRM reads them next to FEATURE_NAMES; both teachers, once length is controlled,
-# prefer the answer that repeats and copies less (docs/crm.md).
-DEGENERATION_FEATURES = ("repeated_line_share", "prompt_copy_share")
+# models loop, echo their input and drift from it). The linear CRM reads them next to FEATURE_NAMES; once length is
+# controlled, both teachers prefer the answer that repeats less, and the humans the one that copies less and leaves
+# fewer of the prompt's terms unused (docs/crm.md, benchmarks/degeneration_signal.py).
+DEGENERATION_FEATURES = ("repeated_line_share", "prompt_copy_share", "repeated_word_share", "prompt_terms_missed")
 _COPY_NGRAM = 4
+_DIVERSITY_WINDOW = 50
 
 
 def _words(text: str) -> list[str]:
@@ -170,7 +172,42 @@ def prompt_copy_share(prompt: object, text: object) -> float:
     return sum(gram in in_prompt for gram in grams) / len(grams)
 
 
+def repeated_word_share(text: object) -> float:
+    """1 − the moving-average type-token ratio (MATTR, Covington & McFall 2010) over 50-word windows: the share of
+    a window's words that repeat one earlier in it. Unlike a plain type-token ratio it does not grow with length."""
+    words = _words(as_text(text))
+    window = min(_DIVERSITY_WINDOW, len(words))
+    if window < 2:
+        return 0.0
+    counts: dict[str, int] = {}
+    for word in words[:window]:
+        counts[word] = counts.get(word, 0) + 1
+    distinct = [len(counts)]
+    for leaving, entering in zip(words, words[window:]):
+        counts[leaving] -= 1
+        if not counts[leaving]:
+            del counts[leaving]
+        counts[entering] = counts.get(entering, 0) + 1
+        distinct.append(len(counts))
+    return 1.0 - sum(distinct) / (len(distinct) * window)
+
+
+@lru_cache(maxsize=4096)
+def _prompt_terms(prompt: str) -> frozenset:
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    return frozenset(word for word in _words(prompt) if len(word) > 2 and word not in ENGLISH_STOP_WORDS)
+
+
+def prompt_terms_missed(prompt: object, text: object) -> float:
+    """The share of the prompt's content words (3+ letters, not English stop words) the answer never uses."""
+    terms = _prompt_terms(as_text(prompt))
+    return len(terms - set(_words(as_text(text)))) / len(terms) if terms else 0.0
+
+
 def degeneration_matrix(prompts: list, texts: list) -> np.ndarray:
     """One float32 row per (prompt, answer), columns in DEGENERATION_FEATURES order."""
-    rows = [(repeated_line_share(text), prompt_copy_share(prompt, text)) for prompt, text in zip(prompts, texts)]
+    rows = [(repeated_line_share(text), prompt_copy_share(prompt, text), repeated_word_share(text),
+             prompt_terms_missed(prompt, text))
+            for prompt, text in zip(prompts, texts)]
     return np.asarray(rows, dtype=np.float32).reshape(len(rows), len(DEGENERATION_FEATURES))

@@ -4,11 +4,12 @@ with the user's criteria gating each feature:
     r(c, p, a) = u·h(a) + (v + W e(c))·f(p, a)
 
 h(a): hashed word 1–2-grams of the response (2^18 buckets, L2-normalized); f(p, a): the 21 standardized features
-of crm/features.py (length, lists, code, refusals…), its two degeneration features (repeated lines, 4-grams
-copied from the prompt) and `graded_answers` (crm/graded_answers.py: what the AI judge said of other models'
-answers to the same prompt; 0 for prompts it never graded); e(c): the criteria text
-embedded once by the frozen encoder (MiniLM by default). W e(c) is what lets "prefers brief answers" turn the
-length features down and "use lists" turn the list features up, so a flipped criterion flips the preference.
+of crm/features.py (length, lists, code, refusals…), its four degeneration features (repeated lines, repeated
+words, 4-grams copied from the prompt, the prompt's content words left unused) and `graded_answers`
+(crm/graded_answers.py: what the AI judge said of other models' answers to the same prompt; 0 for prompts it
+never graded); e(c): the criteria text embedded once by the frozen encoder (MiniLM by default). W e(c) is what
+lets "prefers brief answers" turn the length features down and "use lists" turn the list features up, so a
+flipped criterion flips the preference.
 
 Training minimizes the soft Bradley–Terry loss −[y log σ(z) + (1 − y) log σ(−z)] with y the probability that
 `chosen` wins (the judge's own for AI-judge pairs, 1 for human and criteria-defined rows), per-source weights, and
@@ -47,7 +48,8 @@ class LinearConfig:
     iterations: int = 150  # L-BFGS iterations: the whole budget
     ngrams: bool = True  # False: features only
     features: str = "all"  # all | length (the length-only twin)
-    degeneration: bool = True  # the repeated-lines and prompt-copy features (crm/features.py)
+    degeneration: bool = True  # the degeneration features: repeated lines and words, prompt copies (crm/features.py)
+    leave_out: tuple[str, ...] = ()  # ROW_FEATURES names left out of the fit (ablations)
     graded_answers: bool = True  # the graded-answers feature, where training has graded answers
     l2_ngrams: float = 3e-4  # chosen on the dev evaluation (docs/crm.md)
     l2_features: float = 1e-4
@@ -61,7 +63,11 @@ class LinearConfig:
         columns = list(range(len(FEATURE_NAMES)))
         if self.degeneration:
             columns += [ROW_FEATURES.index(name) for name in DEGENERATION_FEATURES]
-        return columns + ([GRADED_COLUMN] if graded and self.graded_answers else [])
+        columns += [GRADED_COLUMN] if graded and self.graded_answers else []
+        unknown = sorted(set(self.leave_out) - set(ROW_FEATURES))
+        if unknown:
+            raise ValueError(f"leave_out names unknown features {unknown}; choose from {', '.join(ROW_FEATURES)}")
+        return [c for c in columns if ROW_FEATURES[c] not in self.leave_out]
 
 
 # What each source teaches (docs/crm.md): Auto-J humans judge helpfulness under each scenario's criteria; the AI
