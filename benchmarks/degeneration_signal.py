@@ -1,7 +1,7 @@
 """What each teacher says of the degeneration features once length is controlled: per source, a logistic fit of
 "chosen wins" on Δlog(chars) and the Δ of each feature of crm/features.py's DEGENERATION_FEATURES, over the
 original (unaugmented) pairs of a `make run` warehouse. docs/crm.md quotes these coefficients; a negative one
-means the teacher prefers the answer that loops or copies less, at equal length.
+means the teacher prefers the answer that degenerates less (loops, repeats, copies or drifts less), at equal length.
 
     .venv/bin/python benchmarks/degeneration_signal.py
 
