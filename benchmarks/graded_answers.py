@@ -83,7 +83,7 @@ def feature_alone(frames: dict, taus: list[float], data_root: Path) -> None:
 
 def parse_variant(text: str) -> dict:
     """'degeneration=false+judge_nuisance=style' → {'degeneration': False, 'judge_nuisance': 'style'};
-    'leave_out=a,b' → {'leave_out': ('a', 'b')}."""
+    'leave_out=a,b' → {'leave_out': ('a', 'b')}; 'source_weights.autoj=2' → the default weights with autoj at 2."""
     def value(key: str, raw: str):
         if key == "leave_out":
             return tuple(name for name in raw.split(",") if name)
@@ -95,7 +95,14 @@ def parse_variant(text: str) -> dict:
             return raw
     if text == "default":
         return {}
-    return {key: value(key, raw) for key, raw in (item.split("=", 1) for item in text.split("+"))}
+    fields, weights = {}, dict(linear.DEFAULT_SOURCE_WEIGHTS)
+    for key, raw in (item.split("=", 1) for item in text.split("+")):
+        if key.startswith("source_weights."):  # 'source_weights.autoj=2': one source's weight, the rest default
+            weights[key.split(".", 1)[1]] = float(raw)
+            fields["source_weights"] = weights
+        else:
+            fields[key] = value(key, raw)
+    return fields
 
 
 def whole_crm(frames: dict, variants: list[str], data_root: Path, home: Path) -> None:

@@ -96,7 +96,9 @@ def test_saved_graded_answers_load_to_the_same_feature(graded, built, tmp_path):
 def test_the_linear_crm_learns_the_feature_and_scores_with_the_prompt(built, graded, tmp_path):
     """With graded answers the checkpoint carries them, and a held-out answer's reward under its own prompt
     exceeds its reward under a prompt the judge never saw by a positive multiple of its graded feature: the
-    feature is wired into scoring and the fit learned that the judge's favourites are better."""
+    feature is wired into scoring and the fit learned that the judge's favourites are better. The unseen prompt is
+    the same prompt with stop words appended, so the other features read with the prompt (copied 4-grams, missed
+    terms) stay as they are and only graded_answers differs."""
     table, _, graded_table = built
     train = table[table["split"] == "train"]
     backbone = resolve_backbone("minilm", tmp_path / "backbones")
@@ -114,13 +116,12 @@ def test_the_linear_crm_learns_the_feature_and_scores_with_the_prompt(built, gra
     scorer = load_scorer(with_graded.checkpoint_dir)
     criteria = [tuple(c) for c in held["criteria"]]
     known = scorer.score([ScoreItem(p, a, c) for p, a, c in zip(answers["prompt"], answers["answer"], criteria)])
-    unknown = scorer.score([ScoreItem("A prompt the judge never saw.", a, c)
-                            for a, c in zip(answers["answer"], criteria)])
+    unseen = [f"{p}\n\nPlease, once more." for p in answers["prompt"]]
+    unknown = scorer.score([ScoreItem(p, a, c) for p, a, c in zip(unseen, answers["answer"], criteria)])
     feature = graded.feature(list(answers["prompt"]), list(answers["answer"]))
     assert np.corrcoef(known - unknown, feature)[0, 1] > 0.95
     assert np.polyfit(feature, known - unknown, 1)[0] > 0.2
     plain = load_scorer(without.checkpoint_dir)
     assert np.allclose(plain.score([ScoreItem(p, a, c) for p, a, c in zip(answers["prompt"], answers["answer"],
                                                                           criteria)])[:5],
-                       plain.score([ScoreItem("A prompt the judge never saw.", a, c)
-                                    for a, c in zip(answers["answer"], criteria)])[:5])
+                       plain.score([ScoreItem(p, a, c) for p, a, c in zip(unseen, answers["answer"], criteria)])[:5])

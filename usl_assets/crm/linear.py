@@ -48,7 +48,7 @@ class LinearConfig:
     iterations: int = 150  # L-BFGS iterations: the whole budget
     ngrams: bool = True  # False: features only
     features: str = "all"  # all | length (the length-only twin)
-    degeneration: bool = True  # the degeneration features: repeated lines and words, prompt copies (crm/features.py)
+    degeneration: bool = True  # repeated lines and words, prompt copies, prompt terms missed (crm/features.py)
     leave_out: tuple[str, ...] = ()  # ROW_FEATURES names left out of the fit (ablations)
     graded_answers: bool = True  # the graded-answers feature, where training has graded answers
     l2_ngrams: float = 3e-4  # chosen on the dev evaluation (docs/crm.md)
