@@ -156,26 +156,31 @@ def _prompt_ngrams(prompt: str) -> frozenset:
     return frozenset(_ngrams(_words(prompt)))
 
 
-def repeated_line_share(text: object) -> float:
-    """The share of non-empty lines that say again (list markers, case and punctuation aside) an earlier line."""
-    lines = [" ".join(_words(_LIST_MARKER.sub("", line))) for line in as_text(text).splitlines()]
+def _line_share(text: str) -> float:
+    lines = [" ".join(_words(_LIST_MARKER.sub("", line))) for line in text.splitlines()]
     lines = [line for line in lines if line]
     return 1.0 - len(set(lines)) / len(lines) if len(lines) > 1 else 0.0
 
 
-def prompt_copy_share(prompt: object, text: object) -> float:
-    """The share of the answer's word 4-grams that are also in the prompt: an answer that echoes its input."""
-    grams = _ngrams(_words(as_text(text)))
+def repeated_line_share(text: object) -> float:
+    """The share of non-empty lines that say again (list markers, case and punctuation aside) an earlier line."""
+    return _line_share(as_text(text))
+
+
+def _copy_share(prompt: str, words: list[str]) -> float:
+    grams = _ngrams(words)
     if not grams:
         return 0.0
-    in_prompt = _prompt_ngrams(as_text(prompt))
+    in_prompt = _prompt_ngrams(prompt)
     return sum(gram in in_prompt for gram in grams) / len(grams)
 
 
-def repeated_word_share(text: object) -> float:
-    """1 − the moving-average type-token ratio (MATTR, Covington & McFall 2010) over 50-word windows: the share of
-    a window's words that repeat one earlier in it. Unlike a plain type-token ratio it does not grow with length."""
-    words = _words(as_text(text))
+def prompt_copy_share(prompt: object, text: object) -> float:
+    """The share of the answer's word 4-grams that are also in the prompt: an answer that echoes its input."""
+    return _copy_share(as_text(prompt), _words(as_text(text)))
+
+
+def _window_repeats(words: list[str]) -> float:
     window = min(_DIVERSITY_WINDOW, len(words))
     if window < 2:
         return 0.0
@@ -192,6 +197,12 @@ def repeated_word_share(text: object) -> float:
     return 1.0 - sum(distinct) / (len(distinct) * window)
 
 
+def repeated_word_share(text: object) -> float:
+    """1 − the moving-average type-token ratio (MATTR, Covington & McFall 2010) over 50-word windows: the share of
+    a window's words that repeat one earlier in it. Unlike a plain type-token ratio it does not grow with length."""
+    return _window_repeats(_words(as_text(text)))
+
+
 @lru_cache(maxsize=4096)
 def _prompt_terms(prompt: str) -> frozenset:
     from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
@@ -199,15 +210,24 @@ def _prompt_terms(prompt: str) -> frozenset:
     return frozenset(word for word in _words(prompt) if len(word) > 2 and word not in ENGLISH_STOP_WORDS)
 
 
+def _terms_missed(prompt: str, words: list[str]) -> float:
+    terms = _prompt_terms(prompt)
+    return len(terms.difference(words)) / len(terms) if terms else 0.0
+
+
 def prompt_terms_missed(prompt: object, text: object) -> float:
     """The share of the prompt's content words (3+ letters, not English stop words) the answer never uses."""
-    terms = _prompt_terms(as_text(prompt))
-    return len(terms - set(_words(as_text(text)))) / len(terms) if terms else 0.0
+    return _terms_missed(as_text(prompt), _words(as_text(text)))
+
+
+def _degeneration_row(prompt: object, text: object) -> tuple[float, ...]:
+    """DEGENERATION_FEATURES of one answer, its words found once."""
+    prompt, text = as_text(prompt), as_text(text)
+    words = _words(text)
+    return _line_share(text), _copy_share(prompt, words), _window_repeats(words), _terms_missed(prompt, words)
 
 
 def degeneration_matrix(prompts: list, texts: list) -> np.ndarray:
     """One float32 row per (prompt, answer), columns in DEGENERATION_FEATURES order."""
-    rows = [(repeated_line_share(text), prompt_copy_share(prompt, text), repeated_word_share(text),
-             prompt_terms_missed(prompt, text))
-            for prompt, text in zip(prompts, texts)]
+    rows = [_degeneration_row(prompt, text) for prompt, text in zip(prompts, texts)]
     return np.asarray(rows, dtype=np.float32).reshape(len(rows), len(DEGENERATION_FEATURES))
