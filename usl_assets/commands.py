@@ -101,6 +101,18 @@ SUMMARY_QUERIES = {
         "PIVOT (SELECT pool, external_ranking, n_models, method, round(spearman, 3) AS spearman "
         "FROM leaderboard.external_validity WHERE n_models >= 3) ON method USING first(spearman) ORDER BY ALL",
     ),
+    "gaming audit (probe models built from each pool's answers; leaderboard.gaming_audit)": (
+        "leaderboard.gaming_audit",
+        "SELECT pool, probe, derives_from, rank, n_ranked, round(score, 1) AS score, expectation, passed "
+        "FROM leaderboard.gaming_audit ORDER BY pool, rank",
+    ),
+    "criteria fidelity (Spearman over models, held-out phrasings; leaderboard.criteria_fidelity)": (
+        "leaderboard.criteria_fidelity",
+        "SELECT pool, trained, family, count(*) AS phrasings, round(median(spearman), 3) AS median, "
+        "round(min(spearman), 3) AS min, count(*) FILTER (WHERE spearman < 0.5) AS below_0_5, "
+        "round(median(length_spearman), 3) AS length_alone_median "
+        "FROM leaderboard.criteria_fidelity GROUP BY ALL ORDER BY ALL",
+    ),
 }
 
 

@@ -6,7 +6,10 @@ import yaml
 from usl_assets.crm import data, judge_pairs
 from usl_assets.crm.data_assets import EXCLUDED_TABLE, PAIRS_TABLE, crm_training_pairs, graded_answers_out_of_sample
 from usl_assets.crm.data_assets import defs as crm_data_defs
-from usl_assets.crm.features import response_counts
+from usl_assets.crm.features import FEATURE_NAMES, response_counts, response_features
+from usl_assets.crm.phrasings import CombinedCriterion
+from usl_assets.crm.properties import (COMBINED, HELDOUT_FAMILIES, PHRASINGS_FILE, PROPERTY_FEATURES, TRAIN_FAMILIES,
+                                       heldout_phrasings, load_properties, property_value)
 from usl_assets.settings import UslConfigError
 from usl_assets_tests.crm_data_inputs import scenario_criteria_frame, tagged_preferences_frame
 
@@ -54,28 +57,128 @@ def test_numbers_rule_needs_density_and_a_side_without_digits():
     assert rule(response_counts(dense), response_counts("It was 5 years ago.")) is None
 
 
-def test_every_property_has_several_phrasings_per_direction():
+def test_new_rules_examples_steps_formality_direct_answer():
+    rule = {name: data.PROPERTIES[name].more_side for name in ("examples", "steps", "formality", "direct_answer")}
+    plain = "Paris is the capital of France and its largest city."
+    examples = "Many fruits are sweet, for example mangoes. Others, such as lemons, are sour."
+    assert rule["examples"](response_counts(plain), response_counts(examples)) == "b"
+    assert rule["examples"](response_counts("Fruits such as mangoes are sweet."), response_counts(plain)) is None
+    steps = "First, open the box. Then take out the part.\n1. Install it.\n2. Restart the machine."
+    assert rule["steps"](response_counts(steps), response_counts(plain)) == "a"
+    assert rule["steps"](response_counts("First, open the box. Then close it."), response_counts(plain)) is None
+    casual = "Hey! It's gonna be awesome, don't worry."
+    assert rule["formality"](response_counts(plain), response_counts(casual)) == "a"
+    assert rule["formality"](response_counts(plain), response_counts("Paris! It is lovely.")) is None  # one marker
+    preamble = "Sure! I'd be happy to help. Paris is the capital of France."
+    assert rule["direct_answer"](response_counts(preamble), response_counts(plain)) == "b"
+    assert rule["direct_answer"](response_counts("Yes, Paris is."), response_counts(plain)) is None
+
+
+# a (less, more) pair of answers per property: property_value and the property's features rise from one to the other
+MONOTONE = {
+    "length": ("Short answer.", "A much longer answer that keeps going with many more words than the other one."),
+    "structure": ("Just prose here.", "# Plan\n- one\n- two"),
+    "code": ("Use a loop.", "Use a loop:\n```\nfor x in y:\n    print(x)\n```"),
+    "numbers": ("It is quite old.", "It was built in 1889 and is 330 m tall."),
+    "questions": ("Here it is.", "Here it is. Do you need more? Which city?"),
+    "emphasis": ("Remember the key point.", "Remember the **key** point."),
+    "paragraphs": ("One block of text.", "One block.\n\nAnother block."),
+    "sentence_length": ("Go now. Eat. Sleep well.", "Go now, and when you arrive, eat something warm, then sleep."),
+    "examples": ("Fruits vary in taste.", "Fruits vary in taste, for example lemons and mangoes."),
+    "steps": ("Bake the cake.", "First, mix the flour. Then bake the cake."),
+    "formality": ("Hey, it's gonna be awesome!", "It will be excellent."),
+    "direct_answer": ("Great question! Paris is the capital.", "Paris is the capital."),
+}
+
+
+def test_property_value_and_property_features_rise_with_the_property():
+    assert set(MONOTONE) == set(data.PROPERTIES) == set(PROPERTY_FEATURES)
+    for name, (less, more) in MONOTONE.items():
+        assert property_value(name, response_counts(less)) < property_value(name, response_counts(more)), name
+        assert all(feature in FEATURE_NAMES for feature in PROPERTY_FEATURES[name])
+        low, high = response_features(less), response_features(more)
+        assert all(high[f] >= low[f] for f in PROPERTY_FEATURES[name]), name
+        assert any(high[f] > low[f] for f in PROPERTY_FEATURES[name]), name
+    assert property_value("length", response_counts(words(12))) == 12.0
+    assert property_value("direct_answer", response_counts("")) == 0.0
+    with pytest.raises(KeyError, match="unknown property"):
+        property_value("colour", response_counts("x"))
+
+
+def test_every_direction_has_its_phrasings_in_families():
+    assert HELDOUT_FAMILIES == ("first_person", "long_form") and set(TRAIN_FAMILIES).isdisjoint(HELDOUT_FAMILIES)
     for prop in data.PROPERTIES.values():
         for direction in ("more", "less"):
-            phrasings = prop.phrasings(direction)
-            assert len(phrasings) >= 3 and len(set(phrasings)) == len(phrasings)
+            families = prop.family_phrasings(direction)
+            assert set(HELDOUT_FAMILIES) <= set(families) and set(families) - set(HELDOUT_FAMILIES)
+            assert all(len(texts) >= 4 and len(set(texts)) == len(texts) for texts in families.values())
+            assert prop.phrasings(direction) == tuple(t for texts in families.values() for t in texts)
+
+
+def test_phrasing_pools_split_each_direction_without_overlap():
+    for prop in data.PROPERTIES.values():
+        for direction in ("more", "less"):
+            families = prop.family_phrasings(direction)
+            pools = {pool: set(prop.phrasings(direction, pool)) for pool in ("train", "new_criteria", "paraphrase")}
+            assert pools["new_criteria"] == {families[f][-1] for f in families if f in TRAIN_FAMILIES}
+            assert pools["paraphrase"] == {t for f in HELDOUT_FAMILIES for t in families[f]}
+            assert pools["train"] == {t for f in TRAIN_FAMILIES if f in families for t in families[f][:-1]}
+            assert not (pools["train"] & pools["new_criteria"] or pools["train"] & pools["paraphrase"]
+                        or pools["new_criteria"] & pools["paraphrase"])
+            assert set().union(*pools.values()) == set(prop.phrasings(direction, "any"))
+    with pytest.raises(ValueError, match="unknown phrasing pool"):
+        data.PROPERTIES["length"].phrasings("more", "heldout")
+
+
+def test_heldout_phrasings_list_every_heldout_family_phrasing():
+    found = heldout_phrasings()
+    assert {family for _, _, family, _ in found} == set(HELDOUT_FAMILIES)
+    for name, prop in data.PROPERTIES.items():
+        for direction in ("more", "less"):
+            listed = [text for p, d, _, text in found if (p, d) == (name, direction)]
+            assert listed and set(listed) == set(prop.phrasings(direction, "paraphrase"))
+    with_combined = heldout_phrasings(combined=True)
+    extra = [row for row in with_combined if row[2] == "combined"]
+    assert extra and len(with_combined) == len(found) + len(extra)
+    assert {text for _, _, _, text in extra} == {t for entry in COMBINED if entry.heldout for t in entry.texts}
+
+
+def test_combined_criteria_win_only_when_every_named_direction_agrees():
+    short_plain = CombinedCriterion((("length", "less"), ("structure", "less")), ("Short, no bullets.",))
+    assert short_plain.name == "length+structure" and short_plain.direction == "less+less"
+    assert short_plain.winner({"length": "a", "structure": "a"}) == "b"  # a: longer and listed; b wins both
+    assert short_plain.winner({"length": "a", "structure": "b"}) is None  # the directions disagree
+    assert short_plain.winner({"length": "a"}) is None  # structure does not clearly differ
+    assert {entry.heldout for entry in COMBINED} == {True, False}
+    assert all(len(entry.directions) == 2 for entry in COMBINED)
 
 
 def test_phrasings_come_from_the_yaml_and_a_broken_file_fails_loudly(tmp_path):
-    from usl_assets.crm.properties import PHRASINGS_FILE, load_properties
-
     assert load_properties(PHRASINGS_FILE) == data.PROPERTIES
     assert data.PROPERTIES["length"].less[0] == "The user prefers brief answers."
-    text = PHRASINGS_FILE.read_text(encoding="utf-8")
-    without_code = tmp_path / "no_code.yaml"
-    without_code.write_text(text.replace("  code:", "  kode:"), encoding="utf-8")
-    with pytest.raises(ValueError, match="differ from the measured ones"):
-        load_properties(without_code)
-    one_phrasing = tmp_path / "one.yaml"
-    one_phrasing.write_text(yaml.safe_dump({"properties": {name: {"more": ["Only one."], "less": ["A.", "B."]}
-                                                           for name in data.PROPERTIES}}), encoding="utf-8")
-    with pytest.raises(ValueError, match="length.more needs at least two"):
-        load_properties(one_phrasing)
+    good = yaml.safe_load(PHRASINGS_FILE.read_text(encoding="utf-8"))
+
+    def fails(change, match: str) -> None:
+        broken = yaml.safe_load(yaml.safe_dump(good))
+        change(broken)
+        path = tmp_path / "broken.yaml"
+        path.write_text(yaml.safe_dump(broken), encoding="utf-8")
+        with pytest.raises(ValueError, match=match):
+            load_properties(path)
+
+    fails(lambda raw: raw["properties"].update(kode=raw["properties"].pop("code")), "differ from the measured ones")
+    fails(lambda raw: raw["properties"]["code"]["less"].pop("long_form"),
+          r"code.less lacks the held-out families \['long_form'\]")
+    fails(lambda raw: raw.update(heldout_families=["first_person", "anecdote"]), "not declared under `families`")
+    fails(lambda raw: raw.pop("heldout_families"), "heldout_families must be a non-empty list")
+    fails(lambda raw: raw["properties"]["length"]["more"].update(slang=["a", "b", "c", "d"]), "undeclared families")
+    fails(lambda raw: raw["properties"]["length"]["more"]["request"].pop(), "length.more.request needs at least 4")
+    fails(lambda raw: raw["properties"]["steps"]["less"].update(description=[]), "steps.less.description needs")
+    fails(lambda raw: raw["properties"]["emphasis"]["more"]["request"].append("Keep it short."), "appears twice")
+    fails(lambda raw: raw["combined"].append({"properties": {"length": "less"}, "texts": ["Short."]}),
+          "at least two properties")
+    fails(lambda raw: raw["combined"].append({"properties": {"length": "fewer", "code": "more"}, "texts": ["X."]}),
+          "direction more/less")
 
 
 # ------------------------------------------------------------------------------------- splits and leakage
@@ -94,14 +197,17 @@ def test_prompt_shared_across_splits_goes_to_the_most_held_out_one():
 def test_no_prompt_in_train_and_a_test_split(built):
     table, _ = built
     assert data.prompt_leaks(table).empty
-    by_prompt = table[table["split"] != "judge_heldout_models"]  # held out by model: its prompts also train
+    # judge_heldout_models is held out by model (its prompts also train); criteria_paraphrase re-asks the pairs of
+    # criteria_reversed / new_criteria under held-out phrasings (test_criteria_paraphrase_... checks its prompts);
+    # gaming_pairs re-uses test pairs too (test_crm_gaming)
+    by_prompt = table[~table["split"].isin(["judge_heldout_models", "criteria_paraphrase", "gaming_pairs"])]
     keys = by_prompt["prompt"].map(data.prompt_key)
     assert (by_prompt.assign(key=keys).groupby("key")["split"].nunique() == 1).all()
 
 
 def test_judge_pairs_hold_out_by_model_and_never_train_on_the_reference(built):
     table, excluded = built
-    judge = table[table["source"] == "alpaca_eval_judge"]
+    judge = table[(table["source"] == "alpaca_eval_judge") & (table["label_kind"] != "gaming")]
     train, held = judge[judge["split"] == "train"], judge[judge["split"] == "judge_heldout_models"]
     held_models = set(held["chosen_model"]) | set(held["rejected_model"])
     train_models = set(train["chosen_model"].dropna()) | set(train["rejected_model"].dropna())
@@ -125,7 +231,8 @@ def test_judge_answers_found_in_a_response_pool_never_train(real_inputs):
 def test_leak_detector_finds_a_leak(built):
     table, _ = built
     leaked = table[table["split"] == "human_heldout"].head(1).assign(split="train")
-    assert len(data.prompt_leaks(pd.concat([table, leaked]))) == 1
+    leaks = data.prompt_leaks(pd.concat([table, leaked]))
+    assert set(leaks["prompt"]) == set(leaked["prompt"]) and "human_heldout" in set(leaks["split"])
 
 
 def test_splits_follow_the_rules(built):
@@ -146,6 +253,55 @@ def test_new_criteria_holds_properties_and_phrasings_never_trained(built):
     assert not {text for criteria in new["criteria"] for text in criteria} & train_criteria
     assert set(new["property"]) & {"numbers", "sentence_length"}
     assert not set(table.loc[table["split"] == "train", "property"].dropna()) & {"numbers", "sentence_length"}
+
+
+def test_no_heldout_family_phrasing_ever_reaches_a_train_row(built):
+    table, _ = built
+    train_criteria = {text for criteria in table.loc[table["split"] == "train", "criteria"] for text in criteria}
+    heldout = {text for _, _, _, text in heldout_phrasings(combined=True)}
+    assert not train_criteria & heldout
+    trained = {text for prop in data.PROPERTIES.values() for direction in ("more", "less")
+               for text in prop.phrasings(direction, "train")}
+    assert train_criteria & trained  # the check above looks at the rows that carry phrasings
+
+
+def test_criteria_paraphrase_holds_heldout_phrasings_of_test_prompts(built):
+    table, _ = built
+    para = table[table["split"] == "criteria_paraphrase"]
+    assert len(para) > 0 and set(para["augmentation"]) <= {"contrastive", "reverse"}
+    heldout = {text for _, _, _, text in heldout_phrasings(combined=True)}
+    assert {text for criteria in para["criteria"] for text in criteria} <= heldout
+    families = {text: family for _, _, family, text in heldout_phrasings()}
+    used = {families[criteria[0]] for criteria in para["criteria"] if criteria[0] in families}
+    assert used == set(HELDOUT_FAMILIES)
+    sources = set(table.loc[table["split"].isin(["criteria_reversed", "new_criteria"]), "prompt"].map(data.prompt_key))
+    assert set(para["prompt"].map(data.prompt_key)) <= sources
+    assert set(para["property"]) & {"length", "numbers"} and para["property"].str.contains("+", regex=False).any()
+    assert "criteria_paraphrase" not in set(data.prompt_leaks(table)["split"])
+
+
+def test_every_property_row_follows_its_criteria(built):
+    """Single-property and combined rows, in every split: the chosen side has more of each property named 'more'
+    and less of each named 'less' (by the property's own rule)."""
+    table, _ = built
+    rows = table[table["property"].notna()]
+    assert rows["property"].str.contains("+", regex=False).any()  # combined criteria train and test
+    assert len(rows[(rows["split"] == "train") & rows["property"].str.contains("+", regex=False)]) > 0
+    for row in rows.sample(min(len(rows), 3000), random_state=0).itertuples():
+        chosen, rejected = response_counts(row.chosen), response_counts(row.rejected)
+        for prop, direction in zip(row.property.split("+"), row.property_direction.split("+")):
+            assert data.PROPERTIES[prop].more_side(chosen, rejected) == ("a" if direction == "more" else "b")
+
+
+def test_train_property_rows_carry_two_phrasings_per_direction(built):
+    table, _ = built
+    rows = table[(table["split"] == "train") & table["augmentation"].isin(["contrastive", "reverse"])
+                 & table["property"].isin(list(data.PROPERTIES))]
+    per_direction = rows.groupby(["label_kind", "origin_idx", "property", "property_direction"]).size()
+    assert (per_direction.loc["human"] == 2).all()  # two distinct train phrasings: more of them reach training
+    assert (per_direction.loc["ai_judge"] == 1).all()  # the judge's many pairs cover them with one
+    assert rows.groupby(["origin_idx", "property", "property_direction"])["criteria"].agg(
+        lambda texts: len({t[0] for t in texts}) == len(texts)).all()
 
 
 def test_criteria_reversed_has_each_pair_under_opposite_criteria(built):
@@ -190,7 +346,7 @@ def test_contrastive_rows_flip_chosen_with_the_criteria(built):
     train = table[(table["split"] == "train") & table["augmentation"].isin(["contrastive", "reverse"])]
     reverse = train[train["augmentation"] == "reverse"].iloc[0]
     partner = train[(train["origin_idx"] == reverse["origin_idx"]) & (train["property"] == reverse["property"])
-                    & (train["pair_id"] != reverse["pair_id"])].iloc[0]
+                    & (train["property_direction"] != reverse["property_direction"])].iloc[0]
     assert partner["chosen"] == reverse["rejected"] and partner["property_direction"] != reverse["property_direction"]
     assert reverse["human_label"] is not pd.NA and bool(reverse["human_label"]) is False  # the human loser wins
     assert data.direction_balance(table)["minority_share"].min() >= 0.4
@@ -209,7 +365,8 @@ def test_noise_rows_apply_the_papers_three_kinds(built):
     source = train[(train["origin_idx"] == replaced["origin_idx"]) & (train["property"] == replaced["property"])
                    & (train["augmentation"] != "noise_replace")]
     assert replaced["chosen"] in set(source["rejected"])
-    assert set(table.loc[table["split"] != "train", "augmentation"]) <= {"original", "contrastive", "reverse"}
+    tests = table[(table["split"] != "train") & ~table["augmentation"].str.startswith("gaming_")]
+    assert set(tests["augmentation"]) <= {"original", "contrastive", "reverse"}
 
 
 def test_bad_config_is_one_clear_error():

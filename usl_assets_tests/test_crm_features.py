@@ -32,6 +32,53 @@ def test_counts_of_a_markdown_answer():
     assert counts["digits"] == 5  # "1." and "2024"
 
 
+def test_new_features_are_appended_after_the_original_ones():
+    assert FEATURE_NAMES[:21] == (
+        "log_words", "log_chars", "log_lines", "log_paragraphs", "log_sentences", "avg_sentence_words",
+        "avg_word_chars", "log_list_items", "list_line_ratio", "log_headings", "log_code_blocks", "code_line_ratio",
+        "log_inline_code", "log_bold_marks", "log_table_rows", "log_questions", "log_exclamations", "digit_ratio",
+        "uppercase_ratio", "log_urls", "refusal")
+    assert FEATURE_NAMES[21:] == ("log_example_markers", "log_step_markers", "formality", "direct_opening")
+    assert COUNT_NAMES[-4:] == ("example_markers", "step_markers", "informal_markers", "preamble_sentences")
+
+
+def test_example_markers():
+    text = "Some fruits, such as lemons, are sour. For example, a lime. Others (e.g. mangoes) are sweet.\nExample: figs"
+    assert response_counts(text)["example_markers"] == 4
+    assert response_counts("An example is useful, but I give none.")["example_markers"] == 0
+    assert response_counts("Use it like this:\n```\n# for example\n```")["example_markers"] == 0  # code is no prose
+
+
+def test_step_markers():
+    assert response_counts("Step 1: open it. Step 2: close it.")["step_markers"] == 2
+    assert response_counts("First, heat the pan. Then add oil. Finally, serve.")["step_markers"] == 3
+    assert response_counts("It came first. We were next to it.")["step_markers"] == 0  # not sentence openings
+    actions = "1. Preheat the oven.\n2. Mix the flour.\n3. Paris is nice."
+    assert response_counts(actions)["step_markers"] == 2  # numbered items that are actions
+    assert response_counts("Follow these steps:\n1. The oven.\n2. The flour.")["step_markers"] == 2
+
+
+def test_informal_markers_and_formality():
+    counts = response_counts("Hey guys! It's gonna be awesome, don't worry 🙂. John's car isn't here.")
+    # hey, guys, !, it's, gonna, awesome, don't, 🙂, isn't (John's is a possessive)
+    assert counts["informal_markers"] == 9
+    formal = response_counts("The committee will review the application.")
+    assert formal["informal_markers"] == 0 and response_features("The committee will review it.")["formality"] == 1.0
+    one_per_ten = response_features("It's " + " ".join(["word"] * 9))  # 1 marker in 11 words
+    assert math.isclose(one_per_ten["formality"], 1 / (1 + 100 / 11))
+
+
+def test_preamble_sentences_and_direct_opening():
+    assert response_counts("Sure! I'd be happy to help. Paris is the capital.")["preamble_sentences"] == 2
+    assert response_counts("Great question. Paris.")["preamble_sentences"] == 1
+    assert response_counts("As an AI, I cannot vote.")["preamble_sentences"] == 1
+    for direct in ("Paris is the capital.", "Yes, Paris is the capital.", "Hi Maria,\nThe meeting moved.",
+                   "Great Britain is an island."):
+        assert response_counts(direct)["preamble_sentences"] == 0, direct
+        assert response_features(direct)["direct_opening"] == 1.0
+    assert response_features("Certainly! Paris.")["direct_opening"] == 0.0
+
+
 def test_plain_prose_has_no_structure():
     counts = response_counts("Paris is the capital of France. It has about two million people. Lovely city.")
     assert counts["sentences"] == 3

@@ -109,7 +109,8 @@ def test_the_linear_crm_learns_the_feature_and_scores_with_the_prompt(built, gra
     assert with_graded.checkpoint_id != without.checkpoint_id
     assert (with_graded.checkpoint_dir / FILE).exists() and not (without.checkpoint_dir / FILE).exists()
     shape = json.loads((with_graded.checkpoint_dir / "linear.json").read_text())
-    assert shape["feature_names"][-1] == "graded_answers"
+    assert shape["feature_names"][-2:] == ["graded_answers", "graded_best_match"]
+    assert "graded_answers" not in json.loads((without.checkpoint_dir / "linear.json").read_text())["feature_names"]
 
     held = table[table["split"] == HELDOUT_SPLIT].head(120)
     answers = held_out_answers(held)
@@ -118,9 +119,12 @@ def test_the_linear_crm_learns_the_feature_and_scores_with_the_prompt(built, gra
     known = scorer.score([ScoreItem(p, a, c) for p, a, c in zip(answers["prompt"], answers["answer"], criteria)])
     unseen = [f"{p}\n\nPlease, once more." for p in answers["prompt"]]
     unknown = scorer.score([ScoreItem(p, a, c) for p, a, c in zip(unseen, answers["answer"], criteria)])
-    feature = graded.feature(list(answers["prompt"]), list(answers["answer"]))
-    assert np.corrcoef(known - unknown, feature)[0, 1] > 0.95
-    assert np.polyfit(feature, known - unknown, 1)[0] > 0.2
+    # the two graded features (the judge's grade and the best match) are what the prompt changes, nothing else
+    feature, best = graded.features(list(answers["prompt"]), list(answers["answer"]))
+    design = np.column_stack([feature, best, np.ones(len(feature))])
+    coefficients, *_ = np.linalg.lstsq(design, known - unknown, rcond=None)
+    explained = 1 - np.var(known - unknown - design @ coefficients) / np.var(known - unknown)
+    assert explained > 0.95 and coefficients[0] > 0.2
     plain = load_scorer(without.checkpoint_dir)
     assert np.allclose(plain.score([ScoreItem(p, a, c) for p, a, c in zip(answers["prompt"], answers["answer"],
                                                                           criteria)])[:5],

@@ -47,7 +47,7 @@ def burn_cpu(seconds: float) -> list[subprocess.Popen]:
 
 def test_linear_crm_learns_from_human_and_judge_pairs(table, backbone, tmp_path):
     train = table[table["split"] == "train"]
-    assert set(train["label_kind"]) == {"human", "ai_judge"}
+    assert set(train["label_kind"]) == {"human", "ai_judge", "gaming"}
     result = train_crm(train, backbone, config(), tmp_path / "crm", log=lambda _: None)
     scorer = load_scorer(result.checkpoint_dir)
     chosen, rejected = evaluate.pair_rewards(train, scorer)
@@ -161,3 +161,18 @@ def test_the_linear_fit_settings_are_part_of_the_checkpoint_id(backbone, monkeyp
     monkeypatch.setattr(graded_answers, "TEMPERATURE", 0.5)
     changed_tau = checkpoint_id(backbone, "data", config())
     assert len({before, changed_fit, changed_tau}) == 3
+
+
+def test_an_answer_moved_to_another_prompt_loses_to_the_real_one(table, backbone, tmp_path):
+    """The gaming rows and the prompt-fit features reach the reward: on test prompts the CRM never saw, a real
+    answer beats another prompt's answer (crm/gaming.py's off-topic trick) under the same criteria."""
+    from usl_assets.crm import gaming
+
+    result = train_crm(table[table["split"] == "train"], backbone, config(), tmp_path / "crm", log=lambda _: None)
+    scorer = load_scorer(result.checkpoint_dir)
+    held = table[(table["split"] == "human_heldout") & (table["augmentation"] == "original")].head(40)
+    moved = gaming.shifted(list(held["prompt"]), 0)
+    items = [ScoreItem(p, a, tuple(c)) for p, a, c in zip(held["prompt"], held["chosen"], held["criteria"])]
+    off = [ScoreItem(p, held["chosen"].iloc[j], tuple(c)) for p, c, j in zip(held["prompt"], held["criteria"], moved)]
+    real, off_topic = scorer.score(items), scorer.score(off)
+    assert (real > off_topic).mean() > 0.8

@@ -3,6 +3,7 @@
 import io
 import re
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from usl_assets.cli import main
 from usl_assets.resources import DataDir, UslHome, Warehouse
 from usl_assets_tests.test_leaderboards_assets import materialize_leaderboards
+from usl_assets_tests.page_support import train_small_linear_crm
 from usl_assets_tests.test_leaderboards_fixtures import ALPACA_MODELS, write_upstream
 
 
@@ -115,3 +117,58 @@ def test_rewards_ranked_on_demand_score_as_the_assets_score_them(published_home,
     assert len(assets) == 3 * len(ALPACA_MODELS)
     pd.testing.assert_frame_equal(on_demand.sort_values(key, ignore_index=True),
                                   assets.sort_values(key, ignore_index=True), check_dtype=False, rtol=1e-9)
+
+
+EXPLAINED = ["The user prefers brief answers.", "The user prefers thorough, detailed answers.", "qwz zzz"]
+
+
+@pytest.fixture(scope="module")
+def linear_home(published_home, tmp_path_factory, shared_data_dir):
+    """A USL_HOME of its own: a copy of the published warehouse and a small linear CRM (real pairs) as the default,
+    so --explain has a linear CRM to read and the other tests' caches stay as they are."""
+    from usl_assets.crm.scorer import write_default_architecture
+
+    home = tmp_path_factory.mktemp("leaderboard_explain") / "usl_home"
+    shutil.copytree(published_home / "published", home / "published")
+    train_small_linear_crm(shared_data_dir, home / "models")
+    write_default_architecture(home / "models" / "crm", "linear")
+    return home
+
+
+def explained_argv(*extra: str) -> list[str]:
+    criteria = [part for line in EXPLAINED for part in ("--criteria", line)]
+    return ["--pool", "alpaca_eval", "--bootstrap-rounds", "20", *criteria, *extra]
+
+
+def test_explain_prints_how_the_crm_reads_each_criterion_and_the_set(linear_home, monkeypatch, capsys):
+    from usl_assets.crm.reading import read_criteria, render_reading
+    from usl_assets.scoring.score import load_scorer
+
+    monkeypatch.setenv("USL_HOME", str(linear_home))
+    code, out, err = run(capsys, *explained_argv("--explain"))
+    assert code == 0, err
+    reading = render_reading(read_criteria(load_scorer(linear_home), EXPLAINED))
+    assert out.index("rank") < out.index(reading) < out.index("latency: ")  # after the table, to stdout
+    lines = reading.splitlines()
+    assert lines[1].startswith("  all 3 criteria: length ")
+    assert lines[2].startswith(f"  '{EXPLAINED[0]}': length ↓") and lines[3].startswith(f"  '{EXPLAINED[1]}': length ↑")
+    assert f"warning: criterion '{EXPLAINED[2]}' is read as almost nothing" in reading
+    assert "warning: criteria pull length in opposite directions" in reading
+
+    code, out, err = run(capsys, *explained_argv("--explain", "--format", "json"))
+    assert code == 0 and len(json.loads(out)) == len(ALPACA_MODELS)  # stdout stays one JSON document
+    assert reading in err and err.rstrip().splitlines()[-1].startswith("latency: ")
+
+
+def test_explain_costs_nothing_unless_asked_and_says_when_there_is_nothing(linear_home, monkeypatch, capsys):
+    from usl_assets.crm import reading
+
+    monkeypatch.setenv("USL_HOME", str(linear_home))
+    monkeypatch.setattr(reading, "read_criteria", lambda *_: pytest.fail("read without --explain"))
+    code, out, err = run(capsys, *explained_argv("--format", "csv"))
+    assert code == 0 and "how the CRM reads" not in out + err
+    code, out, _ = run(capsys, "--pool", "alpaca_eval", "--explain")  # the default profile: no CRM is loaded
+    assert code == 0 and "nothing of yours to explain" in out and out.index("rank") < out.index("nothing of yours")
+    with pytest.raises(SystemExit):
+        main(["leaderboard", "--help"])
+    assert "--explain" in capsys.readouterr().out

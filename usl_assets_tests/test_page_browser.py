@@ -14,7 +14,7 @@ import pytest
 
 from usl_assets.cli import main
 from usl_assets.leaderboards.ranking import DEFAULT_METHOD
-from usl_assets_tests.page_support import page_home, page_url  # noqa: F401 - fixtures
+from usl_assets_tests.page_support import linear_checkpoint, linear_page_url, page_home, page_url  # noqa: F401
 from usl_assets_tests.test_leaderboards_fixtures import ALPACA_MODELS, MT_BENCH_MODELS
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -118,6 +118,8 @@ def test_custom_tab_ranks_typed_criteria_as_usl_leaderboard_does(page, page_home
     header = page.locator("#header-custom").inner_text()
     assert "#Examples 30" in header and f"#Models {len(ALPACA_MODELS)}" in header
     page.screenshot(path=str(screenshot_dir / "page_custom.png"), full_page=True)
+    page.wait_for_function("() => document.querySelector('#reading-custom').innerText.includes('linear CRM')")
+    assert "this checkpoint is factorized" in page.locator("#reading-custom").inner_text()  # no reading to show
 
     argv = ["leaderboard", "--pool", "alpaca_eval", "--topic", "Code", "--format", "csv"]
     assert main([*argv, *[part for line in CRITERIA for part in ("--criteria", line)]]) == 0
@@ -134,6 +136,39 @@ def test_custom_tab_ranks_typed_criteria_as_usl_leaderboard_does(page, page_home
     for model, row in shown.iterrows():
         moved = int(default_rank[model]) - int(row["rank"])
         assert row["vs default"] == ("=" if moved == 0 else f"▲ {moved}" if moved > 0 else f"▼ {-moved}")
+
+
+READ_CRITERIA = ["The user prefers brief answers.", "The user prefers thorough, detailed answers.", "qwz zzz",
+                 "<i>Réponses brèves</i>"]
+
+
+def test_custom_tab_shows_how_the_linear_crm_reads_the_criteria(browser, linear_page_url, linear_checkpoint,
+                                                                 screenshot_dir):
+    """Under the criteria box, once the leaderboard is computed: the arrows of crm/reading.py for the set and for
+    each criterion, and its warnings, with the criteria shown as text."""
+    from usl_assets.crm.reading import TIED, arrows_line, read_criteria
+    from usl_assets.crm.scorer import load_scorer
+
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    tab = context.new_page()
+    tab.goto(linear_page_url, wait_until="networkidle")
+    tab.get_by_role("tab", name="Customizable leaderboard").click()
+    tab.locator("#criteria textarea").fill("\n".join(READ_CRITERIA))
+    tab.locator("#run-custom").click()
+    tab.wait_for_function("() => document.querySelector('#reading-custom').innerText.includes('How the CRM reads')",
+                          timeout=240_000)
+    shown = tab.locator("#reading-custom").inner_text()
+    tab.screenshot(path=str(screenshot_dir / "page_custom_reading.png"), full_page=True)
+    expected = read_criteria(load_scorer(linear_checkpoint), READ_CRITERIA)
+    assert f"all 4 criteria: {arrows_line(expected.table)}" in shown
+    for i, criterion in enumerate(READ_CRITERIA):
+        assert f"“{criterion}”: {arrows_line(expected.table, f'criterion_{i + 1}_arrow', TIED)}" in shown
+    assert "“The user prefers brief answers.”: length ↓" in shown  # the small CRM reads its own phrasings
+    assert expected.warnings and all(f"⚠️ {warning}" in shown for warning in expected.warnings)
+    assert f"criterion '{READ_CRITERIA[2]}' is read as almost nothing" in shown
+    assert tab.locator("#reading-custom i").count() == 0 and "“<i>Réponses brèves</i>”" in shown  # text, not markup
+    assert "#Models" in tab.locator("#header-custom").inner_text()
+    context.close()
 
 
 def test_criteria_with_markup_are_text_and_bad_input_is_a_message(page):

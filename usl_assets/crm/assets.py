@@ -315,6 +315,10 @@ crm_beats_length_on_human_heldout = _beats_check(
     "crm_beats_length_on_human_heldout", "human_heldout", "crm", "length_baseline", blocking=False)
 crm_beats_length_on_pandalm_majority = _beats_check(
     "crm_beats_length_on_pandalm_majority", "pandalm_majority", "crm", "length_baseline", blocking=False)
+crm_beats_length_on_gaming_pairs = _beats_check(
+    "crm_beats_length_on_gaming_pairs", "gaming_pairs", "crm", "length_baseline", blocking=False)
+crm_beats_length_on_criteria_paraphrase = _beats_check(
+    "crm_beats_length_on_criteria_paraphrase", "criteria_paraphrase", "crm", "length_baseline", blocking=False)
 crm_beats_length_only_on_judge_heldout_models = _beats_check(
     "crm_beats_length_only_on_judge_heldout_models", "judge_heldout_models", "crm", "crm_length_only",
     blocking=False)
@@ -375,7 +379,8 @@ defs = dg.Definitions(
     assets=[crm_backbone_smollm2, crm_linear, crm_cross, crm_factorized, crm_default_checkpoint, crm_evaluation],
     asset_checks=[crm_default_checkpoint_is_finished, crm_beats_length_on_criteria_reversed,
                   crm_beats_no_criteria_on_criteria_reversed, crm_beats_length_on_human_heldout, crm_beats_length_on_pandalm_majority,
-                  crm_beats_length_only_on_judge_heldout_models, smollm2_backbone_ready,
+                  crm_beats_length_only_on_judge_heldout_models, crm_beats_length_on_gaming_pairs,
+                  crm_beats_length_on_criteria_paraphrase, smollm2_backbone_ready,
                   crm_linear_checkpoint_scores, crm_cross_checkpoint_scores, crm_factorized_checkpoint_scores],
     resources={"crm_settings": CrmSettings()},
 )

@@ -11,7 +11,7 @@ import math
 
 import pandas as pd
 
-from usl_assets.crm import judge_pairs
+from usl_assets.crm import gaming_pairs, judge_pairs
 from usl_assets.crm.augmentation import AUGMENTATIONS, HARMLESS_CRITERIA, noise_rows, rows_for_pair
 from usl_assets.crm.data_quality import (direction_balance, label_balance, prompt_leaks, split_augmentation_counts,
                                          split_sizes)
@@ -135,6 +135,7 @@ def build_training_pairs(tagged: pd.DataFrame, scenario_criteria: pd.DataFrame, 
                 if row["augmentation"] in ("original", "contrastive", "reverse"):
                     pair_rows += noise_rows(row, extra_criteria, config)
         rows += pair_rows
+    rows += gaming_pairs.gaming_rows(rows, gaming_pairs.GamingConfig(seed=config.seed))
     table = pd.DataFrame(rows).drop(columns=["_loser_criteria"], errors="ignore")
     table["pair_id"] = [pair_id(row) for row in table.to_dict("records")]
     table = table.drop_duplicates("pair_id").reset_index(drop=True)

@@ -12,8 +12,12 @@ def prompt_leaks(table: pd.DataFrame) -> pd.DataFrame:
     """(split, prompt) of test-split rows whose prompt also appears in train."""
     keys = table["prompt"].map(prompt_key)
     train_keys = set(keys[table["split"] == "train"])
-    # judge_heldout_models is held out by model, not by prompt: its prompts are AlpacaEval's, in train too.
-    leaked = ~table["split"].isin(["train", judge_pairs.HELDOUT_SPLIT]) & keys.isin(train_keys)
+    # judge_heldout_models is held out by model, not by prompt: its prompts are AlpacaEval's, in train too; so are
+    # the gaming_pairs rows built from its pairs (crm/gaming_pairs.py). criteria_paraphrase shares its prompts
+    # with new_criteria / criteria_reversed only (test splits both), so it is checked like any test split.
+    by_model = (table["split"] == judge_pairs.HELDOUT_SPLIT) | (
+        (table["split"] == "gaming_pairs") & (table["source"] == judge_pairs.JUDGE_SOURCE))
+    leaked = (table["split"] != "train") & ~by_model & keys.isin(train_keys)
     return table.loc[leaked, ["split", "prompt"]].drop_duplicates()
 
 
@@ -32,8 +36,11 @@ def split_augmentation_counts(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def direction_balance(table: pd.DataFrame, split: str = "train") -> pd.DataFrame:
-    """Per property: property rows preferring more / less of it, and the minority direction's share."""
-    rows = table[(table["split"] == split) & table["augmentation"].isin(PROPERTY_AUGMENTATIONS)]
+    """Per property: property rows preferring more / less of it, and the minority direction's share. Rows under a
+    combined criterion (property 'length+structure', direction 'less+less') are not counted: their balance is
+    per entry, not per property."""
+    rows = table[(table["split"] == split) & table["augmentation"].isin(PROPERTY_AUGMENTATIONS)
+                 & table["property_direction"].isin(["more", "less"])]
     counts = pd.crosstab(rows["property"], rows["property_direction"]).reindex(columns=["more", "less"],
                                                                                 fill_value=0)
     counts["minority_share"] = counts.min(axis=1) / counts.sum(axis=1).clip(lower=1)

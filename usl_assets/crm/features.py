@@ -1,7 +1,7 @@
 """Measurable properties of a response text: the counts behind contrastive criteria and the factorized CRM's
 response features.
 
-`response_counts(text)` gives raw counts (what the contrastive-criteria rules in crm/data.py threshold on);
+`response_counts(text)` gives raw counts (what the contrastive-criteria rules in crm/properties.py threshold on);
 `response_features(text)` turns them into scale-friendly floats (log1p of counts, ratios in [0, 1]) in the fixed
 order FEATURE_NAMES, so a feature vector means the same thing in every checkpoint. Pure Python, no models.
 """
@@ -28,12 +28,51 @@ _REFUSAL = re.compile(
     r"|I do not feel comfortable)",
     re.IGNORECASE,
 )
+# The markers below are matched on the lower-cased prose (faster than case-insensitive patterns).
+# Giving examples: explicit markers ("for example", "e.g.", "such as", an "Example:" line).
+_EXAMPLE = re.compile(r"\b(?:for (?:example|instance)|e\.g\.|such as|to illustrate|as an example"
+                      r"|examples? (?:include|would be|of this))")
+_EXAMPLE_LINE = re.compile(r"^[ \t]*(?:#+[ \t]*)?(?:\*\*)?examples?(?:[ \t]+\d+)?(?:\*\*)?[ \t]*:", re.MULTILINE)
+# Step-by-step: "Step 2", a sentence opening with a sequence word, numbered items that are actions (they open
+# with an imperative verb, or the answer speaks of steps / instructions / directions).
+_STEP_MENTION = re.compile(r"\bstep\s*\d+\b")
+_SEQUENCE_WORD = re.compile(r"\b(?:first(?:ly)?|second(?:ly)?|third(?:ly)?|then|next|after that|afterwards|finally"
+                            r"|lastly)\b")
+_NUMBERED_ITEM = re.compile(r"^[ \t]*(?:\*\*)?(?:\d{1,2}[.)]|\(\d{1,2}\))[ \t]+(?:\*\*)?(\w+)", re.MULTILINE)
+_ACTION_VERBS = frozenset((
+    "add apply ask bake boil buy calculate call check choose clean click close combine compare connect consider "
+    "cook copy create cut decide define delete determine download drain enable enter fill find fold follow gather "
+    "go heat identify install keep let list log look make measure mix move navigate open paste place plan pour "
+    "practice prepare preheat press put read remove repeat replace research restart review run save select serve "
+    "set sign start step stir submit take test try turn type update use verify wait wash write").split())
+_SPEAKS_OF_STEPS = re.compile(r"\b(?:steps?|instructions|directions)\b")
+# Casual register: contractions (not possessives), casual words, emoji; exclamation marks are counted with them.
+_APOSTROPHE_SUFFIX = re.compile(r"['’](t|re|ve|ll|m|s|d)\b")
+_S_CONTRACTIONS = frozenset("it that there here what he she let who where how".split())  # "it's", not "John's"
+_D_CONTRACTIONS = frozenset("i you we they he she".split())
+_CASUAL_WORD = re.compile(r"\b(?:hey|hi|hiya|gonna|wanna|gotta|kinda|sorta|yeah|yep|yup|nope|awesome|lol|btw|omg|ok"
+                          r"|okay|folks|guys|dude|totally|no worries|cheers|cuz)\b")
+_EMOJI = re.compile("[\U0001F300-\U0001FAFF\u2600-\u27BF]")
+# An opening that is not the answer: a pleasantry, thanks, praise of the question, "I'd be happy to", "As an AI",
+# a restatement of the request. Counted per leading sentence.
+_PREAMBLE = re.compile(
+    r"^\W*(?:(?:sure|certainly|of course|absolutely|okay|ok|alright|all right|great|excellent|no problem|gladly"
+    r"|definitely|hello|hi|hey|greetings)(?:\s+(?:thing|there|friend|guys|everyone|all))?\s*(?:[!.,:;]|$)"
+    r"|(?:what|that['’]s|that is|this is|it['’]s|such) an? (?:\w+ )?(?:question|request|topic|idea)\b"
+    r"|(?:great|good|excellent|interesting|fantastic|wonderful) (?:question|request|topic|idea)\b"
+    r"|(?:i|we)(?:['’]d|['’]m|['’]ll| would| am| will) (?:be )?(?:more than )?(?:happy|glad|delighted|pleased) to\b"
+    r"|(?:happy|glad) to help\b|thanks?(?: you)? (?:so much )?for\b|as an ai\b"
+    r"|you(?:['’]re| are)? (?:asked|asking|want to know|would like to know|wondering)\b"
+    r"|the question (?:is|asks)\b|let me (?:help|explain|think)\b|i understand (?:that|your|you)\b)",
+    re.IGNORECASE,
+)
+_OPENING_SENTENCE = re.compile(r"[^.!?:\n]*(?:[.!?:]+|\n|$)")
 
 # Raw counts, in a fixed order (ints, except where noted).
 COUNT_NAMES = (
     "chars", "words", "lines", "paragraphs", "sentences", "list_items", "headings", "code_blocks",
     "code_lines", "inline_code", "bold_marks", "table_rows", "questions", "exclamations", "digits", "uppercase",
-    "urls", "refusal_phrases",
+    "urls", "refusal_phrases", "example_markers", "step_markers", "informal_markers", "preamble_sentences",
 )
 
 # Model features, in a fixed order: never reorder or rename (checkpoints store vectors in this order);
@@ -42,7 +81,8 @@ FEATURE_NAMES = (
     "log_words", "log_chars", "log_lines", "log_paragraphs", "log_sentences", "avg_sentence_words",
     "avg_word_chars", "log_list_items", "list_line_ratio", "log_headings", "log_code_blocks", "code_line_ratio",
     "log_inline_code", "log_bold_marks", "log_table_rows", "log_questions", "log_exclamations", "digit_ratio",
-    "uppercase_ratio", "log_urls", "refusal",
+    "uppercase_ratio", "log_urls", "refusal", "log_example_markers", "log_step_markers", "formality",
+    "direct_opening",
 )
 
 
@@ -51,6 +91,57 @@ def as_text(value: object) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     return value if isinstance(value, str) else str(value)
+
+
+def _opens_sentence(text: str, start: int) -> bool:
+    """Whether the word at `start` opens a line or follows a sentence end (markdown bold / bullets aside)."""
+    j = start - 1
+    while j >= 0 and text[j] in " \t*-":
+        j -= 1
+    return j < 0 or text[j] in "\n.!?:"
+
+
+def _step_markers(lower: str) -> int:
+    speaks_of_steps = bool(_SPEAKS_OF_STEPS.search(lower))
+    actions = sum(1 for word in _NUMBERED_ITEM.findall(lower) if speaks_of_steps or word in _ACTION_VERBS)
+    sequence = sum(1 for m in _SEQUENCE_WORD.finditer(lower) if _opens_sentence(lower, m.start()))
+    return actions + len(_STEP_MENTION.findall(lower)) + sequence
+
+
+def _contractions(lower: str) -> int:
+    found = 0
+    for m in _APOSTROPHE_SUFFIX.finditer(lower):
+        j = m.start()
+        while j > 0 and (lower[j - 1].isalnum() or lower[j - 1] == "_"):
+            j -= 1
+        word, suffix = lower[j:m.start()], m.group(1)
+        found += bool(word) and (
+            (suffix == "t" and word.endswith("n")) or suffix in ("re", "ve", "ll") or (suffix == "m" and word == "i")
+            or (suffix == "s" and word in _S_CONTRACTIONS) or (suffix == "d" and word in _D_CONTRACTIONS))
+    return found
+
+
+def _informal_markers(prose: str, lower: str) -> int:
+    return _contractions(lower) + len(_CASUAL_WORD.findall(lower)) + len(_EMOJI.findall(prose)) + prose.count("!")
+
+
+def _preamble_sentences(prose: str, most: int = 3) -> int:
+    """How many of the opening sentences (up to `most`) are preamble before the answer starts."""
+    found, rest = 0, prose.lstrip()
+    while found < most and rest:
+        sentence = _OPENING_SENTENCE.match(rest).group(0)
+        if not sentence or not _PREAMBLE.match(sentence):
+            break
+        found, rest = found + 1, rest[len(sentence):].lstrip()
+    return found
+
+
+def formality_score(counts: dict[str, int]) -> float:
+    """1 / (1 + informal markers per 100 words): 1 for an answer with none, 0.5 at one per 100 words; 0 when there
+    are no words."""
+    if not counts["words"]:
+        return 0.0
+    return 1.0 / (1.0 + 100.0 * counts["informal_markers"] / counts["words"])
 
 
 def response_counts(text: object) -> dict[str, int]:
@@ -68,6 +159,7 @@ def response_counts(text: object) -> dict[str, int]:
             prose_lines.append(line)
     prose = "\n".join(prose_lines)
     unmarked = "\n".join(_LIST_MARKER.sub("", line) for line in prose_lines)  # "1." is not a sentence end
+    lower = prose.lower()
     return {
         "chars": len(text),
         "words": len(_WORD.findall(text)),
@@ -87,6 +179,10 @@ def response_counts(text: object) -> dict[str, int]:
         "uppercase": sum(ch.isupper() for ch in text),
         "urls": len(_URL.findall(text)),
         "refusal_phrases": len(_REFUSAL.findall(prose)),
+        "example_markers": len(_EXAMPLE.findall(lower)) + len(_EXAMPLE_LINE.findall(lower)),
+        "step_markers": _step_markers(lower),
+        "informal_markers": _informal_markers(prose, lower),
+        "preamble_sentences": _preamble_sentences(prose),
     }
 
 
@@ -118,6 +214,11 @@ def features_from_counts(counts: dict[str, int]) -> dict[str, float]:
         "uppercase_ratio": counts["uppercase"] / letters,
         "log_urls": log(counts["urls"]),
         "refusal": 1.0 if counts["refusal_phrases"] else 0.0,
+        "log_example_markers": log(counts["example_markers"]),
+        "log_step_markers": log(counts["step_markers"]),
+        "formality": formality_score(counts),
+        # 1 when the answer opens with its substance, 0 when it opens with a preamble (or is empty).
+        "direct_opening": 1.0 if words and not counts["preamble_sentences"] else 0.0,
     }
     return {name: float(features[name]) for name in FEATURE_NAMES}
 

@@ -67,15 +67,21 @@ class GradedAnswers:
 
     def feature(self, prompts: list, responses: list, exclude_families: list | None = None) -> np.ndarray:
         """graded(p, a) per (prompt, response); `exclude_families[i]` (or None) leaves that family's answers out."""
-        out = np.zeros(len(responses))
+        return self.features(prompts, responses, exclude_families)[0]
+
+    def features(self, prompts: list, responses: list,
+                 exclude_families: list | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(graded(p, a), the best cosine with a graded answer to p) per (prompt, response); both 0 for prompts
+        with fewer than two graded answers (after leaving `exclude_families[i]`'s answers out)."""
+        out, best = np.zeros(len(responses)), np.zeros(len(responses))
         if not len(self) or not len(responses):
-            return out
+            return out, best
         keys = np.array([prompt_key(p) for p in prompts], dtype=str)
         starts = np.searchsorted(self.prompt_keys, keys, side="left")
         ends = np.searchsorted(self.prompt_keys, keys, side="right")
         known = np.flatnonzero(ends - starts >= 2)
         if not len(known):
-            return out
+            return out, best
         queries = normalize(_counts([responses[i] for i in known]) @ sparse.diags(self.idf)).tocsr()
         by_prompt: dict[tuple[int, int], list[int]] = {}
         for row, i in enumerate(known):
@@ -92,7 +98,8 @@ class GradedAnswers:
                 s, strengths = similarity[keep, column], self.strengths[start:end][keep]
                 w = np.exp((s - s.max()) / TEMPERATURE)
                 out[i] = float(w @ (strengths - strengths.mean()) / w.sum())
-        return out
+                best[i] = float(s.max())
+        return out, best
 
     def save(self, folder: Path) -> None:
         np.savez_compressed(folder / FILE, prompt_keys=self.prompt_keys, families=self.families,

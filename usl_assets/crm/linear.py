@@ -3,11 +3,12 @@ with the user's criteria gating each feature:
 
     r(c, p, a) = u·h(a) + (v + W e(c))·f(p, a)
 
-h(a): hashed word 1–2-grams of the response (2^18 buckets, L2-normalized); f(p, a): the 21 standardized features
+h(a): hashed word 1–2-grams of the response (2^18 buckets, L2-normalized); f(p, a): the standardized features
 of crm/features.py (length, lists, code, refusals…), its four degeneration features (repeated lines, repeated
-words, 4-grams copied from the prompt, the prompt's content words left unused) and `graded_answers`
-(crm/graded_answers.py: what the AI judge said of other models' answers to the same prompt; 0 for prompts it
-never graded); e(c): the criteria text embedded once by the frozen encoder (MiniLM by default). W e(c) is what
+words, 4-grams copied from the prompt, the prompt's content words left unused), the answer's fit to its prompt
+(crm/relevance.py: prompt relevance, unsupported sentences) and the graded answers' two (crm/graded_answers.py:
+what the AI judge said of other models' answers to the same prompt, and how close the answer comes to any of
+them; 0 for prompts it never graded); e(c): the criteria text embedded once by the frozen encoder (MiniLM by default). W e(c) is what
 lets "prefers brief answers" turn the length features down and "use lists" turn the list features up, so a
 flipped criterion flips the preference.
 
@@ -16,7 +17,8 @@ Training minimizes the soft Bradley–Terry loss −[y log σ(z) + (1 − y) log
 for AI-judge rows z = Δr + β·Δs, with s(a) = [log(chars), the markdown features (headings, bold, list items, list
 share)]: β absorbs the judge's own style bias (ODIN's idea of a separate length head, over the covariates of
 LMArena's style control), so the reward learns length and markdown only where humans and criteria ask for it.
-It is deterministic: L-BFGS for a fixed number of iterations on one thread, from zeros; no clock is read.
+Gaming rows (crm/gaming_pairs.py: the real answer against an off-topic, generic, echoed, padded or truncated one)
+weigh `gaming_weight` each and carry no judge nuisance. It is deterministic: L-BFGS for a fixed number of iterations on one thread, from zeros; no clock is read.
 """
 
 import json
@@ -30,15 +32,26 @@ from scipy.optimize import minimize
 
 from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES, degeneration_matrix, feature_matrix
 from usl_assets.crm.graded_answers import GradedAnswers
+from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, relevance_matrix
 
 N_BUCKETS = 2**18
 LENGTH_FEATURES = ("log_words", "log_chars")
 MARKDOWN_FEATURES = ("log_headings", "log_bold_marks", "log_list_items", "list_line_ratio")
 JUDGE_NUISANCES = ("style", "length", "none")
+GAMING_LABEL = "gaming"  # label_kind of crm/gaming_pairs.py's rows: certain, no judge nuisance
+# What of a gaming row's style difference stays outside the reward (dev measures in docs/crm.md): by default its
+# markdown (the reward's markdown terms stay the humans' and the criteria's, as with the judge's rows) and a
+# truncated row's length (a cut answer loses for stopping mid-sentence, not for being short). A padded row's
+# markdown difference is the same in every row, so alone its coefficient explained them all; the filler-free
+# gaming_reformatted twins at even odds pin it near zero, which leaves the filler to explain the padded rows.
+GAMING_NUISANCES = ("none", "truncated", "length", "markdown", "style")
 LOG_CHARS = FEATURE_NAMES.index("log_chars")
+# Read from the judge's graded answers to the same prompt (crm/graded_answers.py, crm/relevance.py).
+GRADED_FEATURES = ("graded_answers", "graded_best_match")
 # The columns after the n-gram score in a response row.
-ROW_FEATURES = (*FEATURE_NAMES, *DEGENERATION_FEATURES, "graded_answers")
-GRADED_COLUMN = ROW_FEATURES.index("graded_answers")
+ROW_FEATURES = (*FEATURE_NAMES, *DEGENERATION_FEATURES, *TEXT_RELEVANCE_FEATURES, *GRADED_FEATURES)
+GRADED_COLUMNS = [ROW_FEATURES.index(name) for name in GRADED_FEATURES]
+GRADED_COLUMN = GRADED_COLUMNS[0]
 WEIGHTS_FILE = "linear.safetensors"
 SHAPE_FILE = "linear.json"
 
@@ -49,6 +62,7 @@ class LinearConfig:
     ngrams: bool = True  # False: features only
     features: str = "all"  # all | length (the length-only twin)
     degeneration: bool = True  # repeated lines and words, prompt copies, prompt terms missed (crm/features.py)
+    relevance: bool = True  # the answer's fit to its prompt (crm/relevance.py)
     leave_out: tuple[str, ...] = ()  # ROW_FEATURES names left out of the fit (ablations)
     graded_answers: bool = True  # the graded-answers feature, where training has graded answers
     l2_ngrams: float = 3e-4  # chosen on the dev evaluation (docs/crm.md)
@@ -56,6 +70,9 @@ class LinearConfig:
     l2_gate: float = 1e-3
     judge_nuisance: str = "style"  # style | length | none: what of the judge's taste stays outside the reward
     source_weights: dict = field(default_factory=lambda: dict(DEFAULT_SOURCE_WEIGHTS))
+    gaming_weight: float = 1.0  # per gaming row (crm/gaming_pairs.py), whatever its source
+    gaming_nuisance: str = "markdown"  # none | truncated | markdown | style: which of the gaming rows' style
+    # differences get coefficients of their own, outside the reward (GAMING_NUISANCES)
 
     def feature_columns(self, graded: bool = False) -> list[int]:
         if self.features == "length":
@@ -63,7 +80,9 @@ class LinearConfig:
         columns = list(range(len(FEATURE_NAMES)))
         if self.degeneration:
             columns += [ROW_FEATURES.index(name) for name in DEGENERATION_FEATURES]
-        columns += [GRADED_COLUMN] if graded and self.graded_answers else []
+        if self.relevance:
+            columns += [ROW_FEATURES.index(name) for name in TEXT_RELEVANCE_FEATURES]
+        columns += GRADED_COLUMNS if graded and self.graded_answers else []
         unknown = sorted(set(self.leave_out) - set(ROW_FEATURES))
         if unknown:
             raise ValueError(f"leave_out names unknown features {unknown}; choose from {', '.join(ROW_FEATURES)}")
@@ -86,9 +105,19 @@ def hasher():
 
 
 def raw_features(prompts: list[str], texts: list[str], graded: np.ndarray) -> np.ndarray:
-    """The ROW_FEATURES of each answer, unscaled: the one place their column order is written."""
+    """The ROW_FEATURES of each answer, unscaled: the one place their column order is written. `graded`: the
+    GRADED_FEATURES columns (zeros where there are no graded answers)."""
     return np.concatenate([feature_matrix(texts), degeneration_matrix(prompts, texts),
-                           np.asarray(graded).reshape(-1, 1)], axis=1)
+                           relevance_matrix(prompts, texts),
+                           np.asarray(graded).reshape(-1, len(GRADED_FEATURES))], axis=1)
+
+
+def graded_matrix(graded: GradedAnswers | None, prompts: list[str], texts: list[str],
+                  exclude_families: list | None = None) -> np.ndarray:
+    """The GRADED_FEATURES columns (zeros without graded answers)."""
+    if graded is None:
+        return np.zeros((len(texts), len(GRADED_FEATURES)))
+    return np.stack(graded.features(prompts, texts, exclude_families), axis=1)
 
 
 def ngram_matrix(texts: list[str]) -> sparse.csr_matrix:
@@ -110,7 +139,7 @@ class LinearWeights:
         """Per response: [u·h(a), then ROW_FEATURES raw] (float32): what scoring caches."""
         ngram = ngram_matrix(responses) @ self.u if np.any(self.u) else np.zeros(len(responses))
         uses_graded = self.graded is not None and GRADED_COLUMN in self.columns
-        graded = self.graded.feature(prompts, responses) if uses_graded else np.zeros(len(responses))
+        graded = graded_matrix(self.graded if uses_graded else None, prompts, responses)
         return np.concatenate([np.asarray(ngram, np.float64).reshape(-1, 1), raw_features(prompts, responses, graded)],
                               axis=1).astype(np.float32)
 
@@ -177,15 +206,17 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     `graded`: the graded answers (each training answer is compared with the other model families' only)."""
     from threadpoolctl import threadpool_limits
 
+    if config.gaming_nuisance not in GAMING_NUISANCES:
+        raise ValueError(f"gaming_nuisance must be one of {', '.join(GAMING_NUISANCES)}, not {config.gaming_nuisance!r}")
     if config.judge_nuisance not in JUDGE_NUISANCES:
         raise ValueError(f"judge_nuisance must be one of {', '.join(JUDGE_NUISANCES)}, not {config.judge_nuisance!r}")
     graded = graded if graded is not None and len(graded) and config.graded_answers else None
     columns = config.feature_columns(graded=graded is not None)
     answers, chosen, rejected = _sides(pairs)
     prompts, texts = [prompt for prompt, _, _ in answers], [text for _, text, _ in answers]
-    graded_column = (graded.feature(prompts, texts, [m for _, _, m in answers])
-                     if graded is not None and GRADED_COLUMN in columns else np.zeros(len(answers)))
-    raw = raw_features(prompts, texts, graded_column).astype(np.float64)
+    graded_columns = graded_matrix(graded if GRADED_COLUMN in columns else None, prompts, texts,
+                                   [m for _, _, m in answers])
+    raw = raw_features(prompts, texts, graded_columns).astype(np.float64)
     mean, std = raw[:, columns].mean(0), np.maximum(raw[:, columns].std(0), 1e-3)
     scaled = (raw[:, columns] - mean) / std
     d_features = scaled[chosen] - scaled[rejected]
@@ -193,6 +224,8 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     if config.ngrams:
         grams = ngram_matrix(texts)  # an answer under two prompts is hashed twice: the same row
         d_grams = (grams[chosen] - grams[rejected]).tocsr().astype(np.float64)
+        if "label_kind" in pairs:  # the n-gram score must not learn the gaming rows' text banks by heart
+            d_grams = (sparse.diags((pairs["label_kind"] != GAMING_LABEL).to_numpy(float)) @ d_grams).tocsr()
     else:
         d_grams = sparse.csr_matrix((len(pairs), N_BUCKETS))
     keys = [criteria_key(c) for c in pairs["criteria"]]
@@ -203,17 +236,26 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     member = sparse.csr_matrix((np.ones(len(pairs)), (crit_rows, np.arange(len(pairs)))),
                                shape=(len(unique_keys), len(pairs)))
     soft = pairs["soft_label"].fillna(1.0).to_numpy(float) if "soft_label" in pairs else np.ones(len(pairs))
-    judge = (pairs["label_kind"] == "ai_judge").to_numpy(float) if "label_kind" in pairs else np.zeros(len(pairs))
+    kinds = pairs["label_kind"] if "label_kind" in pairs else pd.Series([""] * len(pairs))
+    judge, gaming = (kinds == "ai_judge").to_numpy(float), (kinds == GAMING_LABEL).to_numpy(float)
+    markdown = raw[:, [FEATURE_NAMES.index(name) for name in MARKDOWN_FEATURES]]
+    markdown = (markdown - markdown.mean(0)) / np.maximum(markdown.std(0), 1e-3)
+    style = np.concatenate([d_length[:, None], markdown[chosen] - markdown[rejected]], axis=1)
     if config.judge_nuisance == "style":  # LMArena's style-control covariates: length and markdown
-        markdown = raw[:, [FEATURE_NAMES.index(name) for name in MARKDOWN_FEATURES]]
-        markdown = (markdown - markdown.mean(0)) / np.maximum(markdown.std(0), 1e-3)
-        nuisance = judge[:, None] * np.concatenate([d_length[:, None], markdown[chosen] - markdown[rejected]], axis=1)
+        nuisance = judge[:, None] * style
     elif config.judge_nuisance == "length":
         nuisance = (judge * d_length)[:, None]
     else:
         nuisance = np.zeros((len(pairs), 1))
+    truncated = (pairs["augmentation"] == "gaming_truncated").to_numpy(float) if "augmentation" in pairs else 0
+    extra = {"none": [], "style": [gaming[:, None] * style], "truncated": [(truncated * d_length)[:, None]],
+             "length": [(gaming * d_length)[:, None]],
+             "markdown": [(truncated * d_length)[:, None], gaming[:, None] * style[:, 1:]]}[config.gaming_nuisance]
+    nuisance = np.concatenate([nuisance, *extra], axis=1)
     q = nuisance.shape[1]
     weights = pairs["source"].map(lambda s: config.source_weights.get(s, 1.0)).to_numpy(float)
+    if "label_kind" in pairs:
+        weights = np.where(pairs["label_kind"] == GAMING_LABEL, config.gaming_weight, weights)
     weights = weights / weights.sum()
     k, dim = len(columns), crit.shape[1]
 

@@ -14,7 +14,9 @@ import pandas as pd
 import torch
 
 from usl_assets.crm import linear
+from usl_assets.crm import criteria_prototypes
 from usl_assets.crm.backbones import Backbone
+from usl_assets.crm.criteria_prototypes import PrototypeBank
 from usl_assets.crm.graded_answers import GradedAnswers
 from usl_assets.crm.interface import ScoreItem
 from usl_assets.crm.model import criteria_text, embed_texts, load_encoder
@@ -23,15 +25,25 @@ LENGTH_ONLY_DIR = "length_only"
 
 
 class CriteriaEncoder:
-    """The frozen backbone as a criteria embedder (mean pooling, L2 norm), with an in-memory cache."""
+    """The frozen backbone as a criteria embedder (mean pooling, L2 norm), with an in-memory cache; with a
+    prototype bank, each profile's vector also carries its reading (crm/criteria_prototypes.py)."""
 
-    def __init__(self, backbone: Backbone, max_length: int):
+    def __init__(self, backbone: Backbone, max_length: int, bank: PrototypeBank | None = None):
         with torch.random.fork_rng(devices=[]):  # seeded load, the caller's RNG untouched
             torch.manual_seed(0)
             self.encoder, self.tokenizer = load_encoder(backbone, torch.device("cpu"), None)
         self.encoder.eval()
         self.max_length = max_length
+        self.bank = bank
         self._cache: dict[str, np.ndarray] = {}
+
+    def with_training_bank(self) -> "CriteriaEncoder":
+        """Build the prototype bank from the training phrasings (embedded once)."""
+        labels, texts = criteria_prototypes.bank_phrasings()
+        vectors = self.embed_lines(texts)
+        self.bank = PrototypeBank(labels, np.stack([vectors[text] for text in texts]),
+                                  [criteria_prototypes.negated(text) for text in texts])
+        return self
 
     def embed_lines(self, lines: list[str], batch_size: int = 32) -> dict[str, np.ndarray]:
         missing = sorted(set(lines) - self._cache.keys())
@@ -49,6 +61,10 @@ class CriteriaEncoder:
         vectors = self.embed_lines(sorted({line for profile in profiles for line in profile}))
         rows = [np.mean([vectors[line] for line in profile], axis=0) for profile in profiles]
         rows = [row / max(np.linalg.norm(row), 1e-12) for row in rows]
+        if self.bank is not None:
+            rows = [np.concatenate([row, self.bank.read(np.stack([vectors[line] for line in profile]),
+                                                        list(profile)).max(axis=0)])
+                    for row, profile in zip(rows, profiles)]
         return np.stack(rows) if rows else np.zeros((0, 1))
 
 
@@ -73,7 +89,7 @@ def linear_fit_key(train_config) -> dict:
     from usl_assets.crm import graded_answers
 
     return {**linear.config_dict(linear_config(train_config)), "graded_temperature": graded_answers.TEMPERATURE,
-            "row_features": list(linear.ROW_FEATURES)}
+            "row_features": list(linear.ROW_FEATURES), "criteria_prototypes": criteria_prototypes.SETTINGS}
 
 
 def train_linear(pairs: pd.DataFrame, backbone: Backbone, train_config, folder: Path, log,
@@ -81,7 +97,7 @@ def train_linear(pairs: pd.DataFrame, backbone: Backbone, train_config, folder: 
     """Fit the CRM and its length-only twin into `folder`; returns the figures train_crm records.
     `graded_answers`: crm.graded_answers rows, for the graded-answers feature (none: the feature is left out)."""
     started = time.perf_counter()
-    encoder = CriteriaEncoder(backbone, train_config.max_length // 2)
+    encoder = CriteriaEncoder(backbone, train_config.max_length // 2).with_training_bank()
     profiles = {criteria_key(c): tuple(criteria_lines(c)) for c in pairs["criteria"]}
     lines = {line for profile in profiles.values() for line in profile}
     log(f"linear CRM: {len(profiles):,} criteria profiles of {len(lines):,} distinct criteria, embedded with the "
@@ -97,6 +113,7 @@ def train_linear(pairs: pd.DataFrame, backbone: Backbone, train_config, folder: 
     extra = {"criteria_max_length": encoder.max_length, "config": linear.config_dict(config),
              "weight_by_source": fitted.weight_by_source, "judge_style_beta": fitted.style_beta}
     fitted.weights.save(folder, extra)
+    encoder.bank.save(folder)
     twin_config = linear.LinearConfig(iterations=config.iterations, ngrams=False, features="length",
                                       source_weights=config.source_weights)
     twin = linear.fit_linear(pairs, vectors, twin_config, criteria_key, log=log, deadline=deadline)
@@ -141,6 +158,6 @@ def load_linear_scorer(folder: Path, backbone: Backbone, checkpoint_id: str, len
 
     weights_dir = folder / LENGTH_ONLY_DIR if length_only else folder
     shape = json.loads((weights_dir / linear.SHAPE_FILE).read_text(encoding="utf-8"))
-    encoder = encoder or CriteriaEncoder(backbone, int(shape["criteria_max_length"]))
+    encoder = encoder or CriteriaEncoder(backbone, int(shape["criteria_max_length"]), PrototypeBank.load(folder))
     suffix = "-length-only" if length_only else ""
     return LinearScorer(linear.LinearWeights.load(weights_dir), encoder, checkpoint_id + suffix)

@@ -8,7 +8,7 @@ import duckdb
 import pandas as pd
 from pydantic import Field
 
-from usl_assets.leaderboards import incremental, ranking, validity
+from usl_assets.leaderboards import audit_assets, incremental, ranking, validity
 from usl_assets.leaderboards.sql_models import GROUP, build_sql_models
 from usl_assets.resources import WAREHOUSE_POOL, DataDir, Warehouse
 from usl_assets.responses.sensors import ADDED_MODEL_TAG, IN_PROCESS_EXECUTION, REBUILD_LEADERBOARDS_TAG
@@ -313,7 +313,8 @@ def contradiction_in_range(warehouse: Warehouse) -> dg.AssetCheckResult:
 
 
 @dg.asset(group_name=GROUP, pool=WAREHOUSE_POOL, kinds={"duckdb"},
-          deps=[*sql_assets, reference_models, rankings, external_validity, contradiction_vs_leaderboard],
+          deps=[*sql_assets, reference_models, rankings, external_validity, contradiction_vs_leaderboard,
+                *audit_assets.ASSETS],
           description="a copy of the warehouse under $USL_HOME/published/ for analysts (never the file Dagster "
                       "writes)")
 def published_warehouse(context: dg.AssetExecutionContext, warehouse: Warehouse) -> dg.MaterializeResult:
@@ -383,10 +384,10 @@ def leaderboards_after_new_model(context: dg.RunStatusSensorContext):
 
 defs = dg.Definitions(
     assets=[*sql_assets, reference_models, bradley_terry_ratings, rankings, external_validity,
-            contradiction_vs_leaderboard, published_warehouse],
+            contradiction_vs_leaderboard, *audit_assets.ASSETS, published_warehouse],
     asset_checks=[*sql_checks, reference_models_present, bradley_terry_well_formed, rankings_consistent,
                   external_validity_measured, leaderboard_beats_length_baseline, contradiction_in_range, published_copy_matches,
-                  unranked_rewards_by_reason],
+                  unranked_rewards_by_reason, *audit_assets.CHECKS],
     jobs=[leaderboards_job, leaderboards_after_model_job],
     schedules=[leaderboards_nightly],
     sensors=[leaderboards_after_new_model],

@@ -35,6 +35,12 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
                              "the paper's hard wins; usl_lc: length-controlled win rate; bradley_terry: ratings "
                              "(docs/leaderboards.md)")
     parser.add_argument("--bootstrap-rounds", type=positive_int, default=1000, help="resamples for the intervals")
+    parser.add_argument("--explain", action="store_true",
+                        help="also print how the CRM reads your --criteria: per property (length, structure, "
+                             "code…) whether the reward now weighs it more (↑) or less (↓) than it does for an "
+                             "unrelated sentence, for each criterion and for the set, with warnings (criteria "
+                             "read as almost nothing, criteria pulling one property both ways); linear CRM, "
+                             "docs/leaderboards.md")
     parser.set_defaults(handler=show_leaderboard)
 
 
@@ -269,6 +275,19 @@ def build_leaderboard(pool: str, topics: list[str], criteria: list[str], method:
     return Leaderboard(long, topics, scoring_seconds, int(unscored.sum()), rewards, unranked)
 
 
+def explain_criteria(criteria: list[str]) -> str:
+    """--explain: how the default CRM reads the criteria (crm/reading.py), or what the default profile is. Loaded
+    only when asked for, from the scorer the criteria were just scored with (scoring keeps it in memory)."""
+    if not criteria:
+        return ("how the CRM reads the criteria: no --criteria given, so each prompt is ranked under its own "
+                "scenario's default criteria (scoring.criteria_profiles, criteria_profiles.yaml): nothing of yours "
+                "to explain; add --criteria to see how the CRM reads them")
+    from usl_assets.crm.reading import read_criteria, render_reading
+    from usl_assets.scoring.score import load_scorer
+
+    return render_reading(read_criteria(load_scorer(usl_home()), criteria))
+
+
 def show_leaderboard(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     settings = ranking.BootstrapSettings(usl_rounds=args.bootstrap_rounds, bt_rounds=args.bootstrap_rounds)
@@ -279,6 +298,8 @@ def show_leaderboard(args: argparse.Namespace) -> int:
     print(render(board.wide, board.topics, args.format))
     if len(board.unranked):
         print(render_unranked(board.unranked), file=sys.stdout if args.format == "table" else sys.stderr)
+    if getattr(args, "explain", False):  # csv and json keep stdout for the table alone
+        print(explain_criteria(args.criteria), file=sys.stdout if args.format == "table" else sys.stderr)
     elapsed = time.perf_counter() - started
     profile = f"{len(args.criteria)} criteria of yours" if args.criteria else "default criteria"
     print(f"latency: {elapsed:.2f} s (scoring {board.scoring_seconds:.2f} s; {profile}; {args.method})",

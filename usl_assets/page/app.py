@@ -93,6 +93,18 @@ class Page:
         except Exception as error:  # noqa: BLE001
             return "", EMPTY, None, problem_text(error)
 
+    def show_reading(self, criteria_text: str) -> str:
+        """How the CRM reads the criteria in the box (shown under it once the leaderboard is computed); nothing for
+        criteria the leaderboard refused (its status says why)."""
+        try:
+            criteria = inputs.checked_criteria(criteria_text)
+        except UslConfigError:
+            return ""
+        try:
+            return views.reading_markdown(self.data.read_criteria(criteria))
+        except Exception as error:  # noqa: BLE001
+            return problem_text(error)
+
     def cancel(self, request: gr.Request | None = None):
         self._cancel.setdefault(self._session(request), threading.Event()).set()
         return "⚠️ cancelling: scoring stops after the current chunk"
@@ -198,6 +210,7 @@ def build_app(data: PageData) -> gr.Blocks:
             criteria2 = gr.Textbox(label=f"Your criteria, one per line ({inputs.LIMITS_TEXT})", lines=5,
                                    max_lines=20, elem_id="criteria",
                                    placeholder="The answer comes first.\nCode examples are complete.")
+            reading2 = gr.Markdown(elem_id="reading-custom")
             with gr.Row():
                 run2 = gr.Button("Rank the models", variant="primary", elem_id="run-custom")
                 cancel2 = gr.Button("Cancel", elem_id="cancel-custom")
@@ -237,6 +250,7 @@ def build_app(data: PageData) -> gr.Blocks:
         profile2.input(page.profile_criteria, profile2, criteria2, api_name=False)
         running = run2.click(page.show_custom, [pool2, groups2, scenarios2, criteria2, method2],
                              [header2, table2, chart2, status2], api_name="custom_leaderboard")
+        running.then(page.show_reading, criteria2, reading2, api_name="criteria_reading")
         cancel2.click(page.cancel, None, status2, cancels=[running], api_name=False)
         compare_lists = [prompt3, model_a3, model_b3, topic3]
         pool3.input(page.compare_choices, [pool3, topic3], compare_lists, api_name=False)

@@ -19,6 +19,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
+from usl_assets.crm.reading import CriteriaReading, is_readable, read_criteria, reference_scale
 from usl_assets.leaderboards import ranking
 from usl_assets.leaderboards.commands import Leaderboard, build_leaderboard, pool_topics, read_published
 from usl_assets.responses.pools import content_hash
@@ -89,6 +90,8 @@ class PageData:
         except UslConfigError as error:
             self.crm_problem = f"custom criteria are unavailable: {error}"
         self.version = self.scorer.checkpoint_id if self.scorer else "no CRM"
+        if is_readable(self.scorer):
+            reference_scale(self.scorer)  # the criteria reading's references, once, before the first request
         self._db = mirror_published(published, self.scorer.checkpoint_id if self.scorer else None)
         self._scoring_lock = threading.Lock()
         self._kept: OrderedDict[tuple, Leaderboard] = OrderedDict()
@@ -156,6 +159,13 @@ class PageData:
         overall = (default.long[default.long["scenario"] == "all"][["model", "rank"]] if default is not None
                    else pd.DataFrame(columns=["model", "rank"]))
         return CustomResult(board, overall, cached)
+
+    def read_criteria(self, criteria: list[str]) -> CriteriaReading:
+        """How the page's CRM reads the criteria (crm/reading.py); its encoder is shared with scoring, so the lock."""
+        if self.scorer is None:
+            raise UslConfigError(self.crm_problem)
+        with self._scoring_lock:
+            return read_criteria(self.scorer, criteria)
 
     def _kept_or(self, key: tuple, build: Callable[[], Leaderboard]) -> tuple[Leaderboard, bool]:
         with self._kept_lock:

@@ -8,6 +8,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from usl_assets.crm import reading as crm_reading  # noqa: E402
 from usl_assets.leaderboards.commands import Leaderboard  # noqa: E402
 from usl_assets.page.inputs import as_text  # noqa: E402
 
@@ -112,4 +113,31 @@ def validity_markdown(validity: pd.DataFrame, pool: str) -> str:
             continue
         lines.append(f"- {as_text(external)} vs {as_text(row.method)}: ρ = {row.spearman:.2f}, τ = "
                      f"{row.kendall:.2f} over {int(row.n_models)} models — {as_text(meaning)}.")
+    return "\n".join(lines)
+
+
+def _arrows(table: pd.DataFrame, column: str, kind: str = crm_reading.TIED) -> str:
+    rows = table[table["kind"] == kind]
+    return ", ".join(f"{as_text(prop)} {mark}" for prop, mark in zip(rows["property"], rows[column]))
+
+
+def reading_markdown(reading: "crm_reading.CriteriaReading") -> str:
+    """How the CRM reads the criteria (crm/reading.py): the arrows per property for the set and for each criterion,
+    then the warnings. User text is escaped."""
+    title = "**How the CRM reads your criteria**"
+    if not reading.available or reading.table.empty:
+        return f"{title}: {as_text(reading.note or 'nothing to read')}."
+    lines = [f"{title} ({as_text(crm_reading.LEGEND)})", ""]
+    table, criteria = reading.table, reading.criteria
+    if len(criteria) > 1:
+        lines.append(f"- all {len(criteria)} criteria: {_arrows(table, 'arrow')}")
+        lines += [f"- “{as_text(c)}”: {_arrows(table, f'criterion_{i + 1}_arrow')}" for i, c in enumerate(criteria)]
+    else:
+        lines.append(f"- “{as_text(criteria[0])}”: {_arrows(table, 'arrow')}")
+    untied = _arrows(table, "arrow", crm_reading.UNTIED)
+    if untied:
+        lines.append(f"- {as_text(crm_reading.UNTIED)}: {untied}")
+    if reading.warnings:
+        lines.append("")
+        lines += [f"⚠️ {as_text(warning)}  " for warning in reading.warnings]
     return "\n".join(lines)

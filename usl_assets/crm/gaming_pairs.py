@@ -1,0 +1,99 @@
+"""Gaming rows of crm.training_pairs: a real answer against the same prompt's answer built to fool a judge
+(crm/gaming.py: off-topic, generic, echo, padded, truncated), the real answer winning under the pair's own criteria.
+
+Train rows come from the train split's labelled pairs (every human pair, all five tricks; a seeded share of the AI
+judge's, one trick each) with the `train` text bank. The `gaming_pairs` test split holds them out twice over: by
+prompt (human_heldout's pairs) and by model (judge_heldout_models' pairs, answers of models no train row has),
+with the `heldout` text bank, one trick per pair. The real answer is the pair's chosen one; the off-topic answer
+is the chosen answer of another pair of the same group, to another prompt.
+
+Gaming rows carry label_kind 'gaming': certain labels, and none of the judge's style nuisance (crm/linear.py), so
+the reward itself learns that padding with headings and bold filler does not make an answer better.
+"""
+
+from dataclasses import dataclass
+
+from usl_assets.crm import gaming
+from usl_assets.crm.judge_pairs import HELDOUT_SPLIT, JUDGE_SOURCE
+from usl_assets.crm.splits import pick, prompt_key, unit_hash
+
+SPLIT = "gaming_pairs"
+LABEL_KIND = "gaming"
+AUGMENTATIONS = (*(f"gaming_{kind}" for kind in gaming.KINDS), "gaming_reformatted")
+TEST_SOURCE_SPLITS = ("human_heldout", HELDOUT_SPLIT)
+
+
+@dataclass(frozen=True)
+class GamingConfig:
+    seed: int = 17
+    judge_train_rate: float = 0.1  # share of the judge's train pairs that get one gaming row
+    judge_test_rate: float = 0.06  # share of judge_heldout_models' pairs that get one gaming_pairs row
+
+
+def _selected(row: dict, config: GamingConfig) -> str | None:
+    """Which rows get gaming rows: 'all' (every trick), 'one', or None."""
+    if row["augmentation"] != "original" or row["source"] == "hh_rlhf_harmless":
+        return None
+    is_judge = row["source"] == JUDGE_SOURCE
+    if row["split"] == "train":
+        if not is_judge:
+            return "all"
+        return "one" if unit_hash(config.seed, "gaming-train", row["origin_idx"]) < config.judge_train_rate else None
+    if row["split"] in TEST_SOURCE_SPLITS:
+        if not is_judge:
+            return "one"
+        return "one" if unit_hash(config.seed, "gaming-test", row["origin_idx"]) < config.judge_test_rate else None
+    return None
+
+
+def _gamed(row: dict, kind: str, bank: str, other: dict | None, seed: int) -> dict | None:
+    key = (row["origin_idx"], kind)
+    real = str(row["chosen"])
+    if kind == "off_topic":
+        if other is None:
+            return None
+        text, model = str(other["chosen"]), other["chosen_model"]
+    elif kind == "generic":
+        text, model = gaming.generic(bank, seed, *key), None
+    elif kind == "echo":
+        text, model = gaming.echo(row["prompt"], bank, seed, *key), None
+    elif kind == "padded":
+        text, model = gaming.padded(real, bank, seed, *key), row["chosen_model"]
+    elif kind == "reformatted":
+        text, model = gaming.reformatted(real, bank, seed, *key), row["chosen_model"]
+    else:
+        text, model = gaming.truncated(real), row["chosen_model"]
+    if text.strip() == real.strip():
+        return None
+    return {**row, "split": "train" if bank == "train" else SPLIT, "rejected": text,
+            "augmentation": f"gaming_{kind}", "human_label": None, "chosen_is_longer": len(real) > len(text),
+            "property": None, "property_direction": None, "label_kind": LABEL_KIND,
+            "soft_label": 0.5 if kind == "reformatted" else 1.0, "rejected_model": model}
+
+
+def gaming_rows(rows: list[dict], config: GamingConfig) -> list[dict]:
+    """The gaming rows of a training table's rows (dicts with crm.training_pairs' columns, before pair_id)."""
+    chosen = [(row, _selected(row, config)) for row in rows]
+    chosen = [(row, how) for row, how in chosen if how]
+    groups: dict[tuple, list[int]] = {}
+    for i, (row, _) in enumerate(chosen):
+        group = (row["split"] == "train", row["source"] == JUDGE_SOURCE, row["split"])
+        groups.setdefault(group, []).append(i)
+    other_of: dict[int, int] = {}
+    for group, members in groups.items():
+        keys = [prompt_key(chosen[i][0]["prompt"]) for i in members]
+        for i, j in zip(members, gaming.shifted(keys, config.seed, *group)):
+            if j >= 0:
+                other_of[i] = members[j]
+    found = []
+    for i, (row, how) in enumerate(chosen):
+        bank = "train" if row["split"] == "train" else "heldout"
+        kinds = gaming.KINDS if how == "all" else (pick(gaming.KINDS, config.seed, "gaming-kind", row["origin_idx"]),)
+        if bank == "train" and "padded" in kinds:  # its filler-free twin, at even odds
+            kinds = (*kinds, "reformatted")
+        other = chosen[other_of[i]][0] if i in other_of else None
+        for kind in kinds:
+            gamed = _gamed(row, kind, bank, other, config.seed)
+            if gamed is not None:
+                found.append(gamed)
+    return found

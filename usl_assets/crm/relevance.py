@@ -1,0 +1,140 @@
+"""How well an answer fits its prompt: the linear CRM's features that read the prompt with the answer.
+
+The n-gram and style terms read the answer alone, so fluent, well-formatted text scored high whatever it answered
+(a strong model's answer given to another prompt ranked 8th of 32, one generic answer for every prompt 15th).
+These features measure fit; the gaming rows of crm/gaming_pairs.py teach the CRM what they are worth.
+
+- `prompt_fit`: the cosine between the prompt's and the answer's content-word stems (sublinear counts; stems are a
+  word's first five letters, stop words and words under three letters dropped), divided by 0.15 and capped at 1.
+  Answers to another prompt and generic answers share few stems with the prompt (median cosine 0.01 against 0.3
+  for real answers on AlpacaEval; a tenth of real answers are under 0.15). The cap is there because more overlap
+  is not better beyond a point: an echo of the request overlaps most of all.
+- `unsupported_sentence_share`: the share of the answer's prose sentences (3+ content words) not tied to the
+  prompt: sharing no stem with it, nor with a sentence that does (through any chain of shared stems). Filler
+  ("Experts agree that a balanced perspective yields the most value") hangs together with other filler at most;
+  a real answer's sentences share its topic's words.
+  `log_unsupported_words`: how much of it there is, log(1 + the content words of those sentences): padding adds
+  filler without touching the share of a long answer much, and the length features would pay for it.
+- `unfinished_ending`: 1 when the answer stops mid-sentence (its last character is a letter, digit or comma, and it
+  does not end in a code fence): an answer cut short.
+- `graded_best_match`: the highest TF-IDF cosine between the answer and the AI judge's graded answers to the same
+  prompt (crm/graded_answers.py; other model families only in training; 0 for prompts it never graded, a constant
+  within a prompt, so it never decides between two answers to an ungraded prompt).
+
+Pure Python and sparse algebra: no model, so whole pools are scored in seconds.
+"""
+
+import math
+import re
+from collections import Counter
+from functools import lru_cache
+
+import numpy as np
+
+from usl_assets.crm.features import as_text
+
+RELEVANCE_FEATURES = ("prompt_fit", "unsupported_sentence_share", "log_unsupported_words", "unfinished_ending",
+                      "graded_best_match")
+# Computed here; graded_best_match comes with the graded answers (GradedAnswers.features).
+TEXT_RELEVANCE_FEATURES = RELEVANCE_FEATURES[:4]
+FIT_COSINE = 0.15
+_WORD = re.compile(r"[a-z0-9]+")
+_FENCED = re.compile(r"```.*?(?:```|$)", re.DOTALL)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+_STEM = 5
+_MIN_SENTENCE_STEMS = 3
+
+
+@lru_cache(maxsize=1)
+def _stop_words() -> frozenset:
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    return frozenset(ENGLISH_STOP_WORDS)
+
+
+def stems(text: str) -> list[str]:
+    """Content-word stems of a text, in order (repeats kept)."""
+    stop = _stop_words()
+    return [word[:_STEM] for word in _WORD.findall(text.lower()) if len(word) > 2 and word not in stop]
+
+
+def _cosine(a: Counter, b: Counter) -> float:
+    if not a or not b:
+        return 0.0
+    weight_a = {k: 1.0 + math.log(v) for k, v in a.items()}
+    weight_b = {k: 1.0 + math.log(v) for k, v in b.items()}
+    dot = sum(w * weight_b[k] for k, w in weight_a.items() if k in weight_b)
+    norm = math.sqrt(sum(w * w for w in weight_a.values())) * math.sqrt(sum(w * w for w in weight_b.values()))
+    return dot / norm
+
+
+@lru_cache(maxsize=4096)
+def _prompt_stems(prompt: str) -> tuple[Counter, frozenset]:
+    found = Counter(stems(prompt))
+    return found, frozenset(found)
+
+
+def _sentence_stems(answer: str) -> list[list[str]]:
+    """Content stems per sentence of the answer's prose (code blocks left out)."""
+    return [stems(s) for s in _SENTENCE.split(_FENCED.sub(" ", answer))]
+
+
+def _components(sentences: list[set]) -> list[int]:
+    """Per sentence, its group: sentences sharing a stem, directly or through others, are one group."""
+    parent = list(range(len(sentences)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first_with: dict[str, int] = {}
+    for i, sentence in enumerate(sentences):
+        for stem in sentence:
+            j = first_with.setdefault(stem, i)
+            parent[root(i)] = root(j)
+    return [root(i) for i in range(len(sentences))]
+
+
+def _relevance_row(prompt: str, answer: str) -> tuple[float, float, float]:
+    """(prompt cosine, unsupported_sentence_share, unsupported content words), the answer's words found once.
+    A sentence is supported when it shares a stem with the prompt or, through a chain of shared stems, with a
+    sentence that does (a prompt with no content word: the largest group of sentences is the answer)."""
+    prompt_counts, prompt_set = _prompt_stems(prompt)
+    sentences = _sentence_stems(answer)
+    relevance = _cosine(prompt_counts, Counter(stem for sentence in sentences for stem in sentence))
+    long_ones = [set(s) for s in sentences if len(s) >= _MIN_SENTENCE_STEMS]
+    if len(long_ones) < 2:
+        return relevance, 0.0, 0.0
+    groups = _components(long_ones)
+    anchored = {group for group, sentence in zip(groups, long_ones) if sentence & prompt_set}
+    if not anchored:
+        anchored = {Counter(groups).most_common(1)[0][0]}
+    unsupported = [len(sentence) for group, sentence in zip(groups, long_ones) if group not in anchored]
+    return relevance, len(unsupported) / len(long_ones), float(sum(unsupported))
+
+
+def prompt_relevance(prompt: object, answer: object) -> float:
+    return _relevance_row(as_text(prompt), as_text(answer))[0]
+
+
+def unsupported_sentence_share(prompt: object, answer: object) -> float:
+    return _relevance_row(as_text(prompt), as_text(answer))[1]
+
+
+def unfinished_ending(answer: object) -> float:
+    text = as_text(answer).rstrip()
+    return 1.0 if text and (text[-1].isalnum() or text[-1] == ",") and not text.endswith("```") else 0.0
+
+
+def _row(prompt: object, answer: object) -> tuple[float, float, float, float]:
+    answer = as_text(answer)
+    relevance, share, words = _relevance_row(as_text(prompt), answer)
+    return min(relevance / FIT_COSINE, 1.0), share, math.log1p(words), unfinished_ending(answer)
+
+
+def relevance_matrix(prompts: list, answers: list) -> np.ndarray:
+    """One float32 row per (prompt, answer), columns in TEXT_RELEVANCE_FEATURES order."""
+    rows = [_row(p, a) for p, a in zip(prompts, answers)]
+    return np.asarray(rows, dtype=np.float32).reshape(len(rows), len(TEXT_RELEVANCE_FEATURES))

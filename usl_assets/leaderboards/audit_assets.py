@@ -1,0 +1,202 @@
+"""Dagster wiring of the leaderboards' audits (group `leaderboards`; logic in audits.py): `gaming_audit` (probe
+models built to fool the CRM must lose) and `criteria_fidelity` (a custom leaderboard under one criterion ranks by
+what the criterion says). Both read the rankings and the default CRM, write one table each, and run in
+leaderboards_job and leaderboards_after_model_job, upstream of published_warehouse."""
+
+import time
+
+import dagster as dg
+import pandas as pd
+from pydantic import Field
+
+from usl_assets.crm import properties
+from usl_assets.crm.assets import materialized_default_checkpoint
+from usl_assets.leaderboards import audits, ranking
+from usl_assets.leaderboards.sql_models import GROUP
+from usl_assets.markdown import markdown_table
+from usl_assets.resources import WAREHOUSE_POOL, UslHome, Warehouse
+from usl_assets.responses.pools import content_hash
+from usl_assets.scoring import score
+from usl_assets.scoring.cache import EMBEDDINGS_TABLE, cached_embeddings, is_factorized
+from usl_assets.settings import UslConfigError
+
+GAMING_TABLE = "leaderboard.gaming_audit"
+FIDELITY_TABLE = "leaderboard.criteria_fidelity"
+# The pool's answers to its sampled prompts (what the scoring stage scored), read per pool.
+SAMPLED_ANSWERS = """
+    SELECT r.pool, r.prompt_id, r.model, r.prompt, r.response, r.scenario, r.scenario_group, r.length_chars
+    FROM responses.responses r
+    JOIN responses.prompt_sample s ON s.pool = r.pool AND s.prompt_id = r.prompt_id AND s.sampled
+    WHERE r.pool = ?
+    ORDER BY r.model, r.prompt_id"""
+UPSTREAM = ["rankings", "reference_models", "response_scores", "model_responses", "prompt_sample",
+            "crm_default_checkpoint"]
+
+
+def md(frame: pd.DataFrame, digits: int = 3) -> dg.MetadataValue:
+    return dg.MetadataValue.md(markdown_table(frame, digits, empty="_(no rows)_"))
+
+
+def require_tables(warehouse: Warehouse, *tables: str) -> None:
+    missing = [table for table in tables if not warehouse.table_exists(table)]
+    if missing:
+        raise dg.Failure(f"{', '.join(missing)} not in the warehouse yet: materialize the upstream assets first")
+
+
+def default_scorer(context: dg.AssetExecutionContext, usl_home: UslHome):
+    """The default CRM: the checkpoint crm_default_checkpoint names, or $USL_HOME's default.json without one."""
+    try:
+        checkpoint = str(materialized_default_checkpoint(context.instance)[2])
+    except UslConfigError:
+        checkpoint = ""
+    return score.load_scorer(usl_home.root(), checkpoint)
+
+
+def audit_inputs(context: dg.AssetExecutionContext, warehouse: Warehouse, usl_home: UslHome):
+    """What both audits read: the default standings, each pool's reference and default rewards, the CRM that
+    scored them (failing when another one did) and usl_soft's temperature for it."""
+    require_tables(warehouse, "leaderboard.rankings", "leaderboard.reference_models", "leaderboard.response_scores",
+                   "responses.responses", "responses.prompt_sample")
+    rankings = warehouse.query("SELECT * FROM leaderboard.rankings WHERE profile = 'default' AND scenario = 'all' "
+                               "AND method = ?", [ranking.DEFAULT_METHOD])
+    references = warehouse.query("SELECT pool, reference_model, reference_present FROM leaderboard.reference_models "
+                                 "ORDER BY pool")
+    rewards = warehouse.query("SELECT * FROM leaderboard.response_scores WHERE profile = 'default'")
+    scorer = default_scorer(context, usl_home)
+    problem = audits.checkpoint_problem(scorer.checkpoint_id, set(rewards["checkpoint_id"].dropna()))
+    if problem:
+        raise dg.Failure(problem)
+    # Imported here: leaderboards/assets.py imports this module for its Definitions.
+    from usl_assets.leaderboards.assets import calibrated_temperature
+
+    temperature = calibrated_temperature(warehouse, {scorer.checkpoint_id})
+    # Every pool of responses.responses; one without a usl_soft leaderboard (no reference) cannot be audited.
+    present = references[references["reference_present"].astype(bool)]
+    audited = {pool: model for pool, model in zip(present["pool"], present["reference_model"])
+               if pool in set(rankings["pool"])}
+    unaudited = sorted(set(references["pool"]) - set(audited))
+    for pool in unaudited:
+        context.log.warning(f"pool {pool} has no {ranking.DEFAULT_METHOD} leaderboard (no reference model with "
+                            "responses, or no ranked model): it cannot be audited")
+    return rankings, audited, rewards, scorer, temperature, unaudited
+
+
+class GamingAuditConfig(dg.Config):
+    seed: int = Field(default=0, description="seeds every choice the probes make (filler, shifts, templates)")
+    usl_bootstrap_rounds: int = Field(default=1000, description="bootstrap resamples of prompts for the intervals")
+    confidence: float = Field(default=0.95, description="interval coverage")
+    batch_size: int = Field(default=16, description="probe answers per CRM batch")
+
+
+@dg.asset(group_name=GROUP, deps=[*UPSTREAM, "criteria_profiles"], pool=WAREHOUSE_POOL, kinds={"duckdb", "python"},
+          description="leaderboard.gaming_audit: per pool, five probe models built from the pool's own answers to "
+                      "fool the CRM (padded, off_topic, generic, echo, truncated; crm/gaming.py's held-out bank), "
+                      "scored by the default CRM and ranked with the real models by the default method; each must "
+                      "land below every real model or at/below the model it derives from. The probes never "
+                      "enter responses.responses or leaderboard.rankings")
+def gaming_audit(context: dg.AssetExecutionContext, config: GamingAuditConfig, warehouse: Warehouse,
+                 usl_home: UslHome) -> dg.MaterializeResult:
+    started = time.perf_counter()
+    require_tables(warehouse, "scoring.criteria_profiles")
+    rankings, references, rewards, scorer, temperature, unaudited = audit_inputs(context, warehouse, usl_home)
+    criteria = audits.default_criteria(warehouse.query(
+        "SELECT scenario, kind, criteria FROM scoring.criteria_profiles WHERE kind = 'scenario_default'"))
+    settings = ranking.BootstrapSettings(usl_rounds=config.usl_bootstrap_rounds, confidence=config.confidence,
+                                         seed=config.seed)
+    parts = []
+    for pool, reference_model in references.items():
+        standing = audits.default_standing(rankings, pool)
+        answers = warehouse.query(SAMPLED_ANSWERS, [pool])
+        real = rewards[(rewards["pool"] == pool) & rewards["model"].isin(standing["model"])]
+        parts.append(audits.audit_pool(pool, standing, reference_model, answers, real, criteria, scorer,
+                                       temperature, settings, config.seed, config.batch_size, context.log.info))
+    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=audits.AUDIT_COLUMNS)
+    warehouse.replace_table(GAMING_TABLE, table, "probe models built to game the CRM, ranked with the real ones")
+    failing = table[~table["passed"].astype(bool)]
+    return dg.MaterializeResult(metadata={
+        **warehouse.table_metadata(GAMING_TABLE),
+        "seconds": dg.MetadataValue.float(round(time.perf_counter() - started, 2)),
+        "checkpoint_id": dg.MetadataValue.text(scorer.checkpoint_id),
+        "probes_failing": dg.MetadataValue.int(len(failing)),
+        "pools_not_audited": dg.MetadataValue.text(", ".join(unaudited) or "none"),
+        "audit": md(table.drop(columns=["checkpoint_id"]), digits=1),
+    })
+
+
+@dg.asset_check(asset=gaming_audit, pool=WAREHOUSE_POOL, blocking=False,
+                description="every probe of every pool lost as expected: below every real model (off_topic, generic, "
+                            "echo) or at/below the model it derives from (padded, truncated)")
+def gaming_audit_probes_lose(warehouse: Warehouse) -> dg.AssetCheckResult:
+    table = warehouse.read_table(GAMING_TABLE)
+    failing = table[~table["passed"].astype(bool)]
+    return dg.AssetCheckResult(passed=bool(len(table)) and failing.empty, severity=dg.AssetCheckSeverity.ERROR,
+                               metadata={
+        "probes": dg.MetadataValue.int(len(table)),
+        "failing": dg.MetadataValue.int(len(failing)),
+        "failing_probes": md(failing[["pool", "probe", "derives_from", "expectation", "rank", "n_ranked", "score",
+                                      "source_score", "lowest_real_score"]], digits=1)})
+
+
+class CriteriaFidelityConfig(dg.Config):
+    batch_size: int = Field(default=16, description="answers per CRM batch where a response row must be embedded")
+
+
+@dg.asset(group_name=GROUP, deps=[*UPSTREAM, "response_rewards"], pool=WAREHOUSE_POOL, kinds={"duckdb", "python"},
+          description="leaderboard.criteria_fidelity: per measurable property, held-out phrasing and pool, the "
+                      "Spearman between the models' usl_soft point scores under that one criterion and the property "
+                      "measured on their answers, beside what mean answer length alone gives (cached response rows; "
+                      "nothing is written to the scoring tables)")
+def criteria_fidelity(context: dg.AssetExecutionContext, config: CriteriaFidelityConfig, warehouse: Warehouse,
+                      usl_home: UslHome) -> dg.MaterializeResult:
+    started = time.perf_counter()
+    rankings, references, _, scorer, temperature, unaudited = audit_inputs(context, warehouse, usl_home)
+    phrasings = [tuple(row) for row in properties.heldout_phrasings()]
+    trained = set(warehouse.query("SELECT DISTINCT property FROM crm.training_pairs WHERE split = 'train' "
+                                  "AND property IS NOT NULL")["property"]) if warehouse.table_exists(
+        "crm.training_pairs") else None
+    context.log.info(f"{len(phrasings)} held-out phrasings of {len({p[0] for p in phrasings})} properties, "
+                     f"checkpoint {scorer.checkpoint_id}")
+    parts = []
+    for pool, reference_model in references.items():
+        answers = warehouse.query(SAMPLED_ANSWERS, [pool])
+        answers = answers[answers["model"].isin(audits.default_standing(rankings, pool)["model"])]
+        cached = None
+        if is_factorized(scorer):
+            hashes = [content_hash(p, r) for p, r in zip(answers["prompt"], answers["response"])]
+            cached = {}
+            if warehouse.table_exists(EMBEDDINGS_TABLE):
+                with warehouse.connect() as conn:
+                    cached = cached_embeddings(conn, scorer.checkpoint_id, hashes)
+            context.log.info(f"{pool}: {len(cached):,} of {len(hashes):,} response rows cached by scoring")
+        parts.append(audits.fidelity_pool(pool, answers.reset_index(drop=True), reference_model, phrasings,
+                                          properties.property_value, scorer, cached, temperature, config.batch_size,
+                                          context.log.info, trained))
+    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=audits.FIDELITY_COLUMNS)
+    warehouse.replace_table(FIDELITY_TABLE, table, "custom leaderboards under one criterion vs the property")
+    return dg.MaterializeResult(metadata={
+        **warehouse.table_metadata(FIDELITY_TABLE),
+        "seconds": dg.MetadataValue.float(round(time.perf_counter() - started, 2)),
+        "checkpoint_id": dg.MetadataValue.text(scorer.checkpoint_id),
+        "pools_not_measured": dg.MetadataValue.text(", ".join(unaudited) or "none"),
+        "by_pool": md(audits.fidelity_summary(table, "pool")),
+        "by_pool_and_trained": md(audits.fidelity_summary(table, ["pool", "trained"])),
+        "by_family": md(audits.fidelity_summary(table, "family")),
+        "by_pool_and_family": md(audits.fidelity_summary(table, ["pool", "family"])),
+    })
+
+
+@dg.asset_check(asset=criteria_fidelity, pool=WAREHOUSE_POOL,
+                description=f"per pool, the median Spearman of the held-out phrasings' custom leaderboards with the "
+                            f"property they name is at least {audits.FIDELITY_FLOOR} (warning; the metadata counts "
+                            f"phrasings below {audits.FIDELITY_LOW})")
+def criteria_fidelity_median(warehouse: Warehouse) -> dg.AssetCheckResult:
+    table = warehouse.read_table(FIDELITY_TABLE)
+    passed, per_pool = audits.fidelity_verdict(table)
+    return dg.AssetCheckResult(passed=passed, severity=dg.AssetCheckSeverity.WARN, metadata={
+        "below_0_5": dg.MetadataValue.int(int((table["spearman"] < audits.FIDELITY_LOW).sum())),
+        "unmeasured": dg.MetadataValue.int(int(table["spearman"].isna().sum())),
+        "by_pool": md(per_pool)})
+
+
+ASSETS = [gaming_audit, criteria_fidelity]
+CHECKS = [gaming_audit_probes_lose, criteria_fidelity_median]

@@ -1,0 +1,114 @@
+"""Answers built to fool the judge (crm/gaming.py), the features that read the prompt with the answer
+(crm/relevance.py) and the gaming rows of the training table (crm/gaming_pairs.py)."""
+
+import re
+
+import pytest
+
+from usl_assets.crm import gaming, gaming_pairs, relevance
+from usl_assets.crm.features import response_counts
+
+ANSWER = ("A hash table stores values under keys. It hashes each key to pick a bucket, so lookups take constant "
+          "time on average. Key collisions are handled by chaining or by open addressing. When the table fills up, "
+          "it is resized and every key is hashed again.")
+PROMPT = "How does a hash table store and find values by key?"
+
+
+def _sentences(bank: str) -> set[str]:
+    texts = [gaming.padded(ANSWER, bank, 0, k) for k in range(20)] + [gaming.generic(bank, 0, k) for k in range(20)]
+    texts += [gaming.echo("PROMPT", bank, 0, k) for k in range(20)]
+    return {s.strip() for text in texts for s in re.split(r"\n+", text.replace(ANSWER, "")) if s.strip()}
+
+
+def test_the_two_text_banks_share_no_line():
+    """The audit and the gaming_pairs split use text training never saw."""
+    assert not _sentences("train") & _sentences("heldout")
+
+
+def test_padding_wraps_the_answer_in_headings_bold_bullets_and_filler():
+    padded = gaming.padded(ANSWER, "heldout", 0, "k")
+    counts, original = response_counts(padded), response_counts(ANSWER)
+    assert ANSWER in padded
+    assert counts["headings"] == 4 and counts["bold_marks"] == 4 and counts["list_items"] == 4
+    assert counts["words"] > 1.5 * original["words"]
+    assert gaming.padded(ANSWER, "heldout", 0, "k") == padded  # seeded
+    with pytest.raises(ValueError, match="bank must be one of"):
+        gaming.padded(ANSWER, "other", 0)
+
+
+def test_the_reformatted_twin_has_the_padding_s_markdown_without_its_filler():
+    padded, twin = gaming.padded(ANSWER, "train", 0, "k"), gaming.reformatted(ANSWER, "train", 0, "k")
+    markdown = ("headings", "bold_marks", "list_items")
+    assert [response_counts(twin)[c] for c in markdown] == [response_counts(padded)[c] for c in markdown]
+    assert relevance.unsupported_sentence_share(PROMPT, twin) == 0.0
+    assert relevance.unsupported_sentence_share(PROMPT, padded) > 0.3
+
+
+def test_truncation_keeps_the_first_eighth_of_the_words():
+    words = [f"w{i}" for i in range(80)]
+    assert gaming.truncated(" ".join(words)) == " ".join(words[:10])
+    assert gaming.truncated("one two") == "one"
+
+
+def test_shifted_moves_every_item_to_another_key():
+    keys = ["a", "a", "b", "c", "d", "e"]
+    moved = gaming.shifted(keys, 3)
+    assert all(keys[j] != keys[i] for i, j in enumerate(moved))
+    assert moved == gaming.shifted(keys, 3) and moved != gaming.shifted(keys, 4)
+    assert gaming.shifted(["x", "x"], 0) == [-1, -1]
+
+
+def test_relevance_reads_the_prompt_with_the_answer():
+    assert relevance.prompt_relevance(PROMPT, ANSWER) > 0.3
+    assert relevance.prompt_relevance(PROMPT, "Paris is the capital of France, known for its museums.") == 0.0
+    assert relevance.prompt_relevance("Tables", "tables table") == pytest.approx(1.0)
+    assert relevance.stems("The Hashing of tables!") == ["hashi", "table"]
+
+
+def test_the_fit_feature_saturates_and_an_answer_cut_short_is_unfinished():
+    rows = relevance.relevance_matrix([PROMPT] * 3, [ANSWER, "Paris is lovely, and", ANSWER + "\n```\ncode\n```"])
+    assert rows[0].tolist() == [1.0, 0.0, 0.0, 0.0]  # fit capped at 1: more overlap than a real answer's is no better
+    assert rows[1][0] == 0.0 and rows[1][3] == 1.0 and rows[2][3] == 0.0
+    assert relevance.unfinished_ending(gaming.truncated(ANSWER)) == 1.0
+
+
+def test_unsupported_sentences_are_the_filler_sharing_no_word_with_prompt_or_answer():
+    filler = "Experts agree that a thoughtful perspective brings benefits in the long run."
+    assert relevance.unsupported_sentence_share(PROMPT, ANSWER) == 0.0
+    share = relevance.unsupported_sentence_share(PROMPT, f"{ANSWER} {filler}")
+    assert share == pytest.approx(1 / 5)
+    assert relevance.unsupported_sentence_share(PROMPT, gaming.generic("heldout", 0, "audit")) > 0.7
+
+
+def _row(idx: str, split: str, source: str, prompt: str, chosen: str, model: str | None = None) -> dict:
+    return {"split": split, "origin_idx": idx, "source": source, "scenario": "s", "scenario_group": "g",
+            "prompt": prompt, "chosen": chosen, "rejected": "a worse answer", "criteria": ["Be helpful."],
+            "augmentation": "original", "human_label": True, "chosen_is_longer": True, "property": None,
+            "property_direction": None, "label_kind": "human", "soft_label": 1.0, "chosen_model": model,
+            "rejected_model": None}
+
+
+def test_gaming_rows_train_on_the_train_bank_and_test_on_held_out_prompts_with_the_other():
+    rows = [_row(f"t{i}", "train", "autoj", f"Train prompt {i}?", f"Real answer {i}. " * 20) for i in range(4)]
+    rows += [_row(f"h{i}", "human_heldout", "autoj", f"Test prompt {i}?", f"Held answer {i}. " * 20)
+             for i in range(6)]
+    rows += [_row("n0", "new_scenario", "autoj", "Other prompt?", "Other answer. " * 20)]
+    found = gaming_pairs.gaming_rows(rows, gaming_pairs.GamingConfig())
+    train = [r for r in found if r["split"] == "train"]
+    test = [r for r in found if r["split"] == gaming_pairs.SPLIT]
+    # every trick per train pair (and the padded answer's filler-free twin at even odds), one per test pair
+    assert len(train) == 4 * (len(gaming.KINDS) + 1) and len(test) == 6
+    assert {r["soft_label"] for r in train if r["augmentation"] == "gaming_reformatted"} == {0.5}
+    assert {r["label_kind"] for r in found} == {"gaming"}
+    assert all(r["soft_label"] == 1.0 for r in found if r["augmentation"] != "gaming_reformatted")
+    train_lines, heldout_lines = _sentences("train"), _sentences("heldout")
+    for row in train:
+        assert not any(line in row["rejected"] for line in heldout_lines)
+    for row in test:
+        assert row["prompt"].startswith("Test") and not any(line in row["rejected"] for line in train_lines)
+    for row in found:
+        if row["augmentation"] == "gaming_off_topic":
+            # another pair's answer of the same group: another index, the same first word
+            assert row["rejected"].split()[2] != row["chosen"].split()[2]
+            assert row["rejected"].split()[0] == row["chosen"].split()[0]
+    assert not [r for r in found if r["origin_idx"] == "n0"]
