@@ -7,8 +7,9 @@ prompt (human_heldout's pairs) and by model (judge_heldout_models' pairs, answer
 with the `heldout` text bank, one trick per pair. The real answer is the pair's chosen one; the off-topic answer
 is the chosen answer of another pair of the same group, to another prompt.
 
-Gaming rows carry label_kind 'gaming': certain labels, and none of the judge's style nuisance (crm/linear.py), so
-the reward itself learns that padding with headings and bold filler does not make an answer better.
+Gaming rows carry label_kind 'gaming': certain labels (the padded answer's filler-free `gaming_reformatted` twin at
+even odds), with nuisance coefficients of their own for markdown and a truncated answer's length, outside the
+reward (crm/linear.py, `gaming_nuisance`).
 """
 
 from dataclasses import dataclass

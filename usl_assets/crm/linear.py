@@ -18,7 +18,8 @@ for AI-judge rows z = Δr + β·Δs, with s(a) = [log(chars), the markdown featu
 share)]: β absorbs the judge's own style bias (ODIN's idea of a separate length head, over the covariates of
 LMArena's style control), so the reward learns length and markdown only where humans and criteria ask for it.
 Gaming rows (crm/gaming_pairs.py: the real answer against an off-topic, generic, echoed, padded or truncated one)
-weigh `gaming_weight` each and carry no judge nuisance. It is deterministic: L-BFGS for a fixed number of iterations on one thread, from zeros; no clock is read.
+weigh `gaming_weight` each; their own nuisance coefficients (`gaming_nuisance`) take their markdown difference and a
+truncated row's length, and the n-gram score skips them. It is deterministic: L-BFGS for a fixed number of iterations on one thread, from zeros; no clock is read.
 """
 
 import json
@@ -31,6 +32,7 @@ from scipy import sparse
 from scipy.optimize import minimize
 
 from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES, degeneration_matrix, feature_matrix
+from usl_assets.crm.gaming_pairs import LABEL_KIND as GAMING_LABEL
 from usl_assets.crm.graded_answers import GradedAnswers
 from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, relevance_matrix
 
@@ -38,7 +40,6 @@ N_BUCKETS = 2**18
 LENGTH_FEATURES = ("log_words", "log_chars")
 MARKDOWN_FEATURES = ("log_headings", "log_bold_marks", "log_list_items", "list_line_ratio")
 JUDGE_NUISANCES = ("style", "length", "none")
-GAMING_LABEL = "gaming"  # label_kind of crm/gaming_pairs.py's rows: certain, no judge nuisance
 # What of a gaming row's style difference stays outside the reward (dev measures in docs/crm.md): by default its
 # markdown (the reward's markdown terms stay the humans' and the criteria's, as with the judge's rows) and a
 # truncated row's length (a cut answer loses for stopping mid-sentence, not for being short). A padded row's
