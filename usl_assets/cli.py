@@ -1,8 +1,11 @@
-"""The `usl` command: what users run outside the Dagster UI. Each stage adds its subcommands in its
-`commands.py` (a function `add_parsers(subparsers)`); errors are one line on stderr and a non-zero exit."""
+"""The `usl` command: what users run outside the Dagster UI.
+
+Each stage adds its subcommands in its `commands.py` (a function `add_parsers(subparsers)`); errors are one line on
+stderr and a non-zero exit."""
 
 import argparse
 import importlib
+import os
 import shutil
 import sys
 import warnings
@@ -34,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     warnings.filterwarnings("ignore", message=".*is currently in preview.*")  # partitioned asset checks
     parser = OneLineErrorParser(prog="usl", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true",
-                        help="show Dagster's own log (INFO) besides the progress lines")
+                        help="show Dagster's own log (INFO) and the libraries' (model load reports) besides the "
+                             "progress lines")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                        parser_class=OneLineErrorParser)
     for module_name in COMMAND_MODULES:
@@ -47,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    if not getattr(args, "verbose", False):
+        quiet_libraries()
     stop_on_signals()
     try:
         return int(args.handler(args) or 0)
@@ -64,6 +70,18 @@ def main(argv: list[str] | None = None) -> int:
         print("usl: interrupted; the interrupted run is marked failed and can be rerun"
               + (f" (removed {removed} partial file(s))" if removed else ""), file=sys.stderr)
         return 130
+
+
+def quiet_libraries() -> None:
+    """transformers' load reports and weight-loading bars are library chatter: `--verbose` keeps them. Set in the
+    environment for what imports transformers later (and Dagster's subprocesses), and on it if already imported."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.set_verbosity_error()
+        transformers_logging.disable_progress_bar()
 
 
 def remove_partial_files(home: Path) -> int:

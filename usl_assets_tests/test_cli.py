@@ -57,3 +57,11 @@ def test_status_on_an_empty_home(tmp_path, monkeypatch, capsys):
     assert main(["status"]) == 0
     out = capsys.readouterr().out
     assert "(not yet)" in out and "validated_preferences" in out and "never" in out
+
+
+def test_help_says_what_usl_is_in_whole_sentences(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    description = capsys.readouterr().out.split("\n\n")[1]
+    assert description.startswith("The `usl` command") and description.rstrip().endswith(".")

@@ -57,3 +57,28 @@ def test_the_bank_is_saved_with_the_checkpoint_and_refuses_other_settings(encode
     with pytest.raises(ValueError, match="other prototype settings"):
         criteria_prototypes.PrototypeBank.load(tmp_path)
     assert criteria_prototypes.PrototypeBank.load(tmp_path / "none") is None
+
+
+@pytest.mark.parametrize("line, sides", [
+    ("Write flowing prose rather than bullet points, so it reads well.", ("Write flowing prose", "bullet points")),
+    ("I want the idea, not a code listing.", ("I want the idea", "a code listing.")),
+    ("I prefer plain explanations to code listings.", ("I prefer plain explanations", "code listings.")),
+    ("Two lines work better for me than a long essay.", ("Two lines work better for me", "a long essay.")),
+    ("Statements are preferred over questions.", ("Statements are preferred", "questions.")),
+    ("I prefer to get short answers.", None),
+    ("Answer in no more than three sentences.", None),  # a limit, not a contrast
+    ("Use fewer than 100 words.", None),
+    ("No code.", None),
+])
+def test_a_contrast_splits_into_what_is_wanted_and_what_is_not(line, sides):
+    assert criteria_prototypes.contrast(line) == sides
+
+
+@pytest.mark.parametrize("text, unwanted", [
+    ("Give me flowing prose rather than bullet points and lists.", "structure"),
+    ("I prefer a plain explanation over code snippets and listings.", "code"),
+])
+def test_what_a_contrast_sets_aside_reads_as_less_of_it(encoder, text, unwanted):
+    found = dict(zip(encoder.bank.directions, encoder.bank.read_lines([text], encoder.embed_lines)[0]))
+    assert found[f"{unwanted}:less"] > found[f"{unwanted}:more"]
+    assert found[f"{unwanted}:less"] == max(found.values())

@@ -80,6 +80,17 @@ def test_unsupported_sentences_are_the_filler_sharing_no_word_with_prompt_or_ans
     assert relevance.unsupported_sentence_share(PROMPT, gaming.generic("heldout", 0, "audit")) > 0.7
 
 
+def test_the_supported_view_drops_the_filler_and_keeps_the_answer_and_its_code():
+    filler = "Experts agree that a thoughtful perspective brings benefits in the long run."
+    coded = f"{ANSWER}\n```python\nprint('Experts agree that a thoughtful perspective brings benefits.')\n```"
+    assert relevance.supported_text(PROMPT, f"{ANSWER} {filler}").strip() == ANSWER
+    assert relevance.supported_text(PROMPT, coded) == coded
+    padded = gaming.padded(ANSWER, "heldout", 0, "k")
+    view = response_counts(relevance.supported_text(PROMPT, padded))
+    assert view["words"] < response_counts(padded)["words"] - 40
+    assert view["words"] >= response_counts(ANSWER)["words"]
+
+
 def _row(idx: str, split: str, source: str, prompt: str, chosen: str, model: str | None = None) -> dict:
     return {"split": split, "origin_idx": idx, "source": source, "scenario": "s", "scenario_group": "g",
             "prompt": prompt, "chosen": chosen, "rejected": "a worse answer", "criteria": ["Be helpful."],
@@ -96,8 +107,11 @@ def test_gaming_rows_train_on_the_train_bank_and_test_on_held_out_prompts_with_t
     found = gaming_pairs.gaming_rows(rows, gaming_pairs.GamingConfig())
     train = [r for r in found if r["split"] == "train"]
     test = [r for r in found if r["split"] == gaming_pairs.SPLIT]
-    # every trick per train pair (and the padded answer's filler-free twin at even odds), one per test pair
-    assert len(train) == 4 * (len(gaming.KINDS) + 1) and len(test) == 6
+    # every trick per train pair (and the padded answer's filler-free twin at even odds), one per test pair; the
+    # off-topic, generic and echoed answers lose to the pair's worse answer too
+    weak = [r for r in train if r["chosen"] == "a worse answer"]
+    assert len(train) == 4 * (len(gaming.KINDS) + 1 + len(gaming_pairs.WEAK_REAL_KINDS)) and len(test) == 6
+    assert sorted(r["augmentation"] for r in weak) == sorted(f"gaming_{k}" for k in gaming_pairs.WEAK_REAL_KINDS * 4)
     assert {r["soft_label"] for r in train if r["augmentation"] == "gaming_reformatted"} == {0.5}
     assert {r["label_kind"] for r in found} == {"gaming"}
     assert all(r["soft_label"] == 1.0 for r in found if r["augmentation"] != "gaming_reformatted")
@@ -107,7 +121,7 @@ def test_gaming_rows_train_on_the_train_bank_and_test_on_held_out_prompts_with_t
     for row in test:
         assert row["prompt"].startswith("Test") and not any(line in row["rejected"] for line in train_lines)
     for row in found:
-        if row["augmentation"] == "gaming_off_topic":
+        if row["augmentation"] == "gaming_off_topic" and row not in weak:
             # another pair's answer of the same group: another index, the same first word
             assert row["rejected"].split()[2] != row["chosen"].split()[2]
             assert row["rejected"].split()[0] == row["chosen"].split()[0]

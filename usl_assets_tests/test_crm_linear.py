@@ -176,3 +176,26 @@ def test_an_answer_moved_to_another_prompt_loses_to_the_real_one(table, backbone
     off = [ScoreItem(p, held["chosen"].iloc[j], tuple(c)) for p, c, j in zip(held["prompt"], held["criteria"], moved)]
     real, off_topic = scorer.score(items), scorer.score(off)
     assert (real > off_topic).mean() > 0.8
+
+
+def test_filler_never_earns_reward_even_where_the_training_pairs_reward_it(table):
+    """linear.SIGNS: on pairs where the answer with an unrelated sentence added always wins, an unconstrained fit
+    pays for unsupported sentences; the default keeps their coefficients at or below zero."""
+    from usl_assets.crm import gaming
+
+    held = table[(table["split"] == "train") & (table["augmentation"] == "original")].head(60)
+    filler = [gaming.padded("", "heldout", 0, i).splitlines()[2] for i in range(len(held))]
+    pairs = pd.DataFrame({"prompt": held["prompt"], "chosen": [f"{a}\n\n{f}" for a, f in zip(held["chosen"], filler)],
+                          "rejected": held["chosen"], "criteria": [("Be helpful.",)] * len(held),
+                          "source": "autoj", "label_kind": "human", "soft_label": 1.0})
+    vectors = {"c": np.ones(4) / 2}
+
+    def coefficients(**changes):
+        fitted = linear.fit_linear(pairs, vectors, linear.LinearConfig(iterations=40, ngrams=False, **changes),
+                                   lambda _: "c", log=lambda _: None).weights
+        return {linear.ROW_FEATURES[c]: value for c, value in zip(fitted.columns, fitted.v)}
+
+    free, signed = coefficients(signs=False), coefficients()
+    assert free["log_unsupported_words"] > 0.01
+    for name, sign in linear.SIGNS.items():
+        assert sign * signed[name] >= 0

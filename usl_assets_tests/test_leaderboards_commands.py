@@ -172,3 +172,25 @@ def test_explain_costs_nothing_unless_asked_and_says_when_there_is_nothing(linea
     with pytest.raises(SystemExit):
         main(["leaderboard", "--help"])
     assert "--explain" in capsys.readouterr().out
+
+
+def test_the_command_line_keeps_library_chatter_for_verbose(linear_home):
+    """transformers' load report and weight-loading bars reach stderr only with --verbose (`usl` as users run it)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    usl = Path(sys.executable).with_name("usl")
+    env = {k: v for k, v in os.environ.items() if k not in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS")}
+    env["USL_HOME"] = str(linear_home)
+
+    def stderr(*flags: str) -> str:
+        done = subprocess.run([str(usl), *flags, "leaderboard", *explained_argv("--explain")], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+
+    assert "LOAD REPORT" in stderr("--verbose")
+    quiet = stderr()
+    assert "LOAD REPORT" not in quiet and "Loading weights" not in quiet

@@ -8,7 +8,10 @@ wordings. The prototypes read a criterion the way a nearest-neighbour classifier
 that direction (crm/properties.py, pool `train`: held-out families and new_criteria phrasings are never in the
 bank), turned into a soft choice among the directions (softmax at temperature 0.05) and weighed by how well the
 best one matches (a logistic ramp around cosine 0.45: a criterion close to no phrasing reads as no property).
-A profile of several criteria takes, per direction, its strongest line. The gate sees [e(c), reading(c)], so it
+A line that sets what it wants against what it does not ("prose rather than bullet points", "the idea, not a
+code listing", "prefer X to Y") is read side by side: what it sets aside counts for the opposite direction, since
+one embedding of the whole line mixes both (`contrast`). A profile of several criteria takes, per direction, its
+strongest line. The gate sees [e(c), reading(c)], so it
 can learn one coefficient shift per property direction, which a new wording reaches as long as its nearest
 phrasings mean the same thing.
 
@@ -33,7 +36,20 @@ WEIGHTS_FILE, SHAPE_FILE = "criteria_prototypes.safetensors", "criteria_prototyp
 NEGATION_PENALTY = 0.3
 _NEGATION = re.compile(r"\b(?:no|not|never|without|avoid|skip|stop|nothing|none|neither|nor|instead|rather than)\b"
                        r"|n't\b|\bdont\b", re.IGNORECASE)
-SETTINGS = {"top_k": TOP_K, "scale": SCALE, "negation_penalty": NEGATION_PENALTY, "temperature": TEMPERATURE, "match_center": MATCH_CENTER, "match_width": MATCH_WIDTH}
+# "X rather than Y", "X, not Y", "prefer X to Y", "X works better than Y": the sentence embedding mixes both sides,
+# so a wish against Y read as a wish for it. Each side is read alone; Y's reading counts for the opposite direction.
+_CONTRAST = re.compile(r",?\s*\b(?:rather than|instead of|as opposed to)\s+|,\s*(?:but\s+)?not\s+(?=\w)", re.IGNORECASE)
+_COMPARED = re.compile(r"^(?P<wanted>.*\b(?:more|better|rather|less|fewer|prefer\w*)\b.*?)\s+than\s+(?P<unwanted>.+)$",
+                       re.IGNORECASE)
+_PREFER = re.compile(r"\bprefer\w*", re.IGNORECASE)
+_PREFER_SEPARATOR = re.compile(r"\s+(?:to|over)\s+", re.IGNORECASE)
+# "no more than three sentences", "fewer than 100 words": a limit, not a contrast.
+_LIMIT = re.compile(r"\b(?:no|not|never)\s+(?:more|less|fewer|longer|shorter)\s+than\b|\bthan\s+(?:\d+|zero|one|two|three|"
+                    r"four|five|six|seven|eight|nine|ten|a few|a couple|a handful|a single)\b", re.IGNORECASE)
+_CLAUSE_END = re.compile(r"[,;:]|\s(?:so|because|since|as)\s", re.IGNORECASE)
+CONTRAST = "sides"  # how a contrast is read: "sides" (each alone) or "whole" (the line as one)
+SETTINGS = {"contrast": CONTRAST, "top_k": TOP_K, "scale": SCALE, "negation_penalty": NEGATION_PENALTY,
+            "temperature": TEMPERATURE, "match_center": MATCH_CENTER, "match_width": MATCH_WIDTH}
 
 
 def bank_phrasings() -> tuple[list[str], list[str]]:
@@ -53,6 +69,37 @@ def negated(text: str) -> bool:
     return bool(_NEGATION.search(text))
 
 
+def _preference(line: str) -> tuple[str, str] | None:
+    """"prefer X to Y", "X is preferred over Y": (up to the separator, after it); "prefer to do" is no contrast."""
+    found = _PREFER.search(line)
+    if not found:
+        return None
+    rest = line[found.end():]
+    for separator in _PREFER_SEPARATOR.finditer(rest):
+        if separator.start() == 0 and separator.group().strip().lower() == "to":
+            continue
+        return line[:found.end() + separator.start()], rest[separator.end():]
+    return None
+
+
+def contrast(line: str) -> tuple[str, str] | None:
+    """(wanted, unwanted) when the line sets what it wants against what it does not, else None. The unwanted side
+    ends with its clause ("…rather than long paragraphs, so…")."""
+    found = _CONTRAST.search(line)
+    if _LIMIT.search(line) and not found:
+        return None
+    if found and found.start() > 0:
+        wanted, unwanted = line[:found.start()], line[found.end():]
+    else:
+        match = _COMPARED.match(line)
+        sides = (match.group("wanted"), match.group("unwanted")) if match else _preference(line)
+        if sides is None:
+            return None
+        wanted, unwanted = sides
+    unwanted = _CLAUSE_END.split(unwanted, maxsplit=1)[0]
+    return (wanted.strip(), unwanted.strip()) if wanted.strip() and unwanted.strip() else None
+
+
 @dataclass
 class PrototypeBank:
     labels: list[str]  # per phrasing: "property:direction"
@@ -63,11 +110,29 @@ class PrototypeBank:
     def directions(self) -> list[str]:
         return list(dict.fromkeys(self.labels))
 
-    def read(self, line_vectors: np.ndarray, lines: list[str]) -> np.ndarray:
+    def read_lines(self, lines: list[str], embed) -> np.ndarray:
+        """Per criterion line, its reading; a contrast's sides are read alone (`contrast`), the unwanted side for
+        the opposite direction. embed: lines -> {line: L2-normalized vector}."""
+        sides = {line: contrast(line) if CONTRAST == "sides" else None for line in lines}
+        texts = [text for line in lines for text in (sides[line] or (line,))]
+        vectors = embed(texts)
+        flipped = [self.directions.index(d.replace(":more", ":@").replace(":less", ":more").replace(":@", ":less"))
+                   for d in self.directions]
+        rows = []
+        for line in lines:
+            if sides[line] is None:
+                rows.append(self.read(vectors[line][None, :], [line])[0])
+                continue
+            wanted, unwanted = sides[line]
+            against = self.read(vectors[unwanted][None, :], [unwanted], polarity=False)[0][flipped]
+            rows.append(np.maximum(self.read(vectors[wanted][None, :], [wanted])[0], against))
+        return np.stack(rows)
+
+    def read(self, line_vectors: np.ndarray, lines: list[str], polarity: bool = True) -> np.ndarray:
         """Per criterion line (its text and L2-normalized embedding): a weight per property direction
-        (self.directions)."""
+        (self.directions). polarity False: the lines are read as not negated (a contrast's unwanted side)."""
         similarity = np.asarray(line_vectors, np.float64) @ self.vectors.T  # lines × phrasings
-        differs = np.array([negated(line) for line in lines])[:, None] != np.array(self.negations)[None, :]
+        differs = np.array([polarity and negated(line) for line in lines])[:, None] != np.array(self.negations)[None, :]
         similarity = similarity - NEGATION_PENALTY * differs
         labels = np.array(self.labels)
         means = np.stack([np.sort(similarity[:, labels == d], axis=1)[:, -TOP_K:].mean(axis=1)

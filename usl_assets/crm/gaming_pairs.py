@@ -5,7 +5,9 @@ Train rows come from the train split's labelled pairs (every human pair, all fiv
 judge's, one trick each) with the `train` text bank. The `gaming_pairs` test split holds them out twice over: by
 prompt (human_heldout's pairs) and by model (judge_heldout_models' pairs, answers of models no train row has),
 with the `heldout` text bank, one trick per pair. The real answer is the pair's chosen one; the off-topic answer
-is the chosen answer of another pair of the same group, to another prompt.
+is the chosen answer of another pair of the same group, to another prompt. Train off-topic rows come twice: the
+off-topic answer also loses to the pair's rejected answer (`weak_real`), since a leaderboard must put an answer to
+another prompt below every real model, the weakest included, not only below a good answer.
 
 Gaming rows carry label_kind 'gaming': certain labels (the padded answer's filler-free `gaming_reformatted` twin at
 even odds), with nuisance coefficients of their own for markdown and a truncated answer's length, outside the
@@ -22,6 +24,9 @@ SPLIT = "gaming_pairs"
 LABEL_KIND = "gaming"
 AUGMENTATIONS = (*(f"gaming_{kind}" for kind in gaming.KINDS), "gaming_reformatted")
 TEST_SOURCE_SPLITS = ("human_heldout", HELDOUT_SPLIT)
+# Tricks trained to lose to the pair's worse answer too. Generic and echo rows were tried as well: they cost the
+# agreement with LMArena and PandaLM and were not needed (docs/crm.md, dev runs 10-13).
+WEAK_REAL_KINDS = ("off_topic",)
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,7 @@ class GamingConfig:
     seed: int = 17
     judge_train_rate: float = 0.1  # share of the judge's train pairs that get one gaming row
     judge_test_rate: float = 0.06  # share of judge_heldout_models' pairs that get one gaming_pairs row
+    weak_real: bool = True  # train rows: the WEAK_REAL_KINDS answers also lose to the pair's rejected answer
 
 
 def _selected(row: dict, config: GamingConfig) -> str | None:
@@ -47,8 +53,13 @@ def _selected(row: dict, config: GamingConfig) -> str | None:
     return None
 
 
+def _weaker_side(row: dict) -> dict:
+    """The row with its rejected answer as the real one: a worse answer to the prompt still beats no answer."""
+    return {**row, "chosen": row["rejected"], "chosen_model": row.get("rejected_model"), "weak_real": True}
+
+
 def _gamed(row: dict, kind: str, bank: str, other: dict | None, seed: int) -> dict | None:
-    key = (row["origin_idx"], kind)
+    key = (row["origin_idx"], kind, "weak") if row.get("weak_real") else (row["origin_idx"], kind)
     real = str(row["chosen"])
     if kind == "off_topic":
         if other is None:
@@ -66,6 +77,7 @@ def _gamed(row: dict, kind: str, bank: str, other: dict | None, seed: int) -> di
         text, model = gaming.truncated(real), row["chosen_model"]
     if text.strip() == real.strip():
         return None
+    row = {name: value for name, value in row.items() if name != "weak_real"}
     return {**row, "split": "train" if bank == "train" else SPLIT, "rejected": text,
             "augmentation": f"gaming_{kind}", "human_label": None, "chosen_is_longer": len(real) > len(text),
             "property": None, "property_direction": None, "label_kind": LABEL_KIND,
@@ -93,8 +105,11 @@ def gaming_rows(rows: list[dict], config: GamingConfig) -> list[dict]:
         if bank == "train" and "padded" in kinds:  # its filler-free twin, at even odds
             kinds = (*kinds, "reformatted")
         other = chosen[other_of[i]][0] if i in other_of else None
-        for kind in kinds:
-            gamed = _gamed(row, kind, bank, other, config.seed)
+        reals = [(row, kind) for kind in kinds]
+        if bank == "train" and config.weak_real:
+            reals += [(_weaker_side(row), kind) for kind in kinds if kind in WEAK_REAL_KINDS]
+        for real, kind in reals:
+            gamed = _gamed(real, kind, bank, other, config.seed)
             if gamed is not None:
                 found.append(gamed)
     return found

@@ -8,9 +8,11 @@ of crm/features.py (length, lists, code, refusals…), its four degeneration fea
 words, 4-grams copied from the prompt, the prompt's content words left unused), the answer's fit to its prompt
 (crm/relevance.py: prompt relevance, unsupported sentences) and the graded answers' two (crm/graded_answers.py:
 what the AI judge said of other models' answers to the same prompt, and how close the answer comes to any of
-them; 0 for prompts it never graded); e(c): the criteria text embedded once by the frozen encoder (MiniLM by default). W e(c) is what
-lets "prefers brief answers" turn the length features down and "use lists" turn the list features up, so a
-flipped criterion flips the preference.
+them; 0 for prompts it never graded); e(c): the criteria text embedded once by the frozen encoder (MiniLM by
+default). W e(c) is what lets "prefers brief answers" turn the length features down and "use lists" turn the list
+features up, so a flipped criterion flips the preference. h and the crm/features.py features read the answer's
+view (`supported_view`: without the sentences tied to nothing in the prompt, restatements and empty headings), so
+filler earns no length, bullets or bold marks; the unsupported sentences' own features keep the sign SIGNS gives.
 
 Training minimizes the soft Bradley–Terry loss −[y log σ(z) + (1 − y) log σ(−z)] with y the probability that
 `chosen` wins (the judge's own for AI-judge pairs, 1 for human and criteria-defined rows), per-source weights, and
@@ -19,7 +21,8 @@ share)]: β absorbs the judge's own style bias (ODIN's idea of a separate length
 LMArena's style control), so the reward learns length and markdown only where humans and criteria ask for it.
 Gaming rows (crm/gaming_pairs.py: the real answer against an off-topic, generic, echoed, padded or truncated one)
 weigh `gaming_weight` each; their own nuisance coefficients (`gaming_nuisance`) take their markdown difference and a
-truncated row's length, and the n-gram score skips them. It is deterministic: L-BFGS for a fixed number of iterations on one thread, from zeros; no clock is read.
+truncated row's length, and the n-gram score skips them. It is deterministic: L-BFGS for a fixed number of
+iterations on one thread, from zeros; no clock is read.
 """
 
 import json
@@ -29,12 +32,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from scipy import sparse
-from scipy.optimize import minimize
+from scipy.optimize import Bounds, minimize
 
 from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES, degeneration_matrix, feature_matrix
 from usl_assets.crm.gaming_pairs import LABEL_KIND as GAMING_LABEL
 from usl_assets.crm.graded_answers import GradedAnswers
-from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, relevance_matrix
+from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, relevance_matrix, supported_text
 
 N_BUCKETS = 2**18
 LENGTH_FEATURES = ("log_words", "log_chars")
@@ -47,6 +50,10 @@ JUDGE_NUISANCES = ("style", "length", "none")
 # gaming_reformatted twins at even odds pin it near zero, which leaves the filler to explain the padded rows.
 GAMING_NUISANCES = ("none", "truncated", "length", "markdown", "style")
 LOG_CHARS = FEATURE_NAMES.index("log_chars")
+# Signs the base coefficient v of these features keeps whatever the training rows' correlations (LinearConfig.signs):
+# on human pairs, answers with more unsupported sentences are longer and win, but a sentence tied to nothing in
+# the prompt or the answer adds nothing; the criteria's gate may still move them.
+SIGNS = {"unsupported_sentence_share": -1, "log_unsupported_words": -1, "prompt_fit": 1}
 # Read from the judge's graded answers to the same prompt (crm/graded_answers.py, crm/relevance.py).
 GRADED_FEATURES = ("graded_answers", "graded_best_match")
 # The columns after the n-gram score in a response row.
@@ -74,6 +81,8 @@ class LinearConfig:
     gaming_weight: float = 1.0  # per gaming row (crm/gaming_pairs.py), whatever its source
     gaming_nuisance: str = "markdown"  # none | truncated | markdown | style: which of the gaming rows' style
     # differences get coefficients of their own, outside the reward (GAMING_NUISANCES)
+    supported_view: bool = True  # n-grams and FEATURE_NAMES read what of the answer adds something (answer_views)
+    signs: bool = True  # base coefficients follow SIGNS: filler never helps, fitting the prompt never hurts
 
     def feature_columns(self, graded: bool = False) -> list[int]:
         if self.features == "length":
@@ -105,10 +114,17 @@ def hasher():
                              lowercase=True, dtype=np.float32)
 
 
-def raw_features(prompts: list[str], texts: list[str], graded: np.ndarray) -> np.ndarray:
+def answer_views(prompts: list[str], texts: list[str], supported_view: bool) -> list[str]:
+    """What the n-grams and FEATURE_NAMES read: with `supported_view`, what of each answer adds something
+    (crm/relevance.supported_text: no filler, restatements or empty headings), else the answers."""
+    return [supported_text(p, t) for p, t in zip(prompts, texts)] if supported_view else list(texts)
+
+
+def raw_features(prompts: list[str], texts: list[str], graded: np.ndarray, views: list[str]) -> np.ndarray:
     """The ROW_FEATURES of each answer, unscaled: the one place their column order is written. `graded`: the
-    GRADED_FEATURES columns (zeros where there are no graded answers)."""
-    return np.concatenate([feature_matrix(texts), degeneration_matrix(prompts, texts),
+    GRADED_FEATURES columns (zeros where there are no graded answers); `views`: answer_views (FEATURE_NAMES read
+    them; the degeneration and relevance features read the answers themselves)."""
+    return np.concatenate([feature_matrix(views), degeneration_matrix(prompts, texts),
                            relevance_matrix(prompts, texts),
                            np.asarray(graded).reshape(-1, len(GRADED_FEATURES))], axis=1)
 
@@ -135,14 +151,16 @@ class LinearWeights:
     columns: list[int]
     beta: float = 0.0  # the AI judge's length coefficient, β's first term (not part of the reward)
     graded: GradedAnswers | None = None
+    supported_view: bool = False  # LinearConfig.supported_view at training
 
     def response_rows(self, prompts: list[str], responses: list[str]) -> np.ndarray:
         """Per response: [u·h(a), then ROW_FEATURES raw] (float32): what scoring caches."""
-        ngram = ngram_matrix(responses) @ self.u if np.any(self.u) else np.zeros(len(responses))
+        views = answer_views(prompts, responses, self.supported_view)
+        ngram = ngram_matrix(views) @ self.u if np.any(self.u) else np.zeros(len(responses))
         uses_graded = self.graded is not None and GRADED_COLUMN in self.columns
         graded = graded_matrix(self.graded if uses_graded else None, prompts, responses)
-        return np.concatenate([np.asarray(ngram, np.float64).reshape(-1, 1), raw_features(prompts, responses, graded)],
-                              axis=1).astype(np.float32)
+        features = raw_features(prompts, responses, graded, views)
+        return np.concatenate([np.asarray(ngram, np.float64).reshape(-1, 1), features], axis=1).astype(np.float32)
 
     def score_rows(self, rows: np.ndarray, criteria_vector: np.ndarray) -> np.ndarray:
         scaled = (rows[:, 1:][:, self.columns].astype(np.float64) - self.feature_mean) / self.feature_std
@@ -157,7 +175,8 @@ class LinearWeights:
         save_file(tensors, folder / WEIGHTS_FILE)
         if self.graded is not None and GRADED_COLUMN in self.columns:
             self.graded.save(folder)
-        shape = {"columns": self.columns, "feature_names": [ROW_FEATURES[c] for c in self.columns], "beta": self.beta}
+        shape = {"columns": self.columns, "feature_names": [ROW_FEATURES[c] for c in self.columns], "beta": self.beta,
+                 "supported_view": self.supported_view}
         (folder / SHAPE_FILE).write_text(json.dumps({**shape, **extra}, indent=2), encoding="utf-8")
 
     @classmethod
@@ -170,7 +189,8 @@ class LinearWeights:
         if saved is not None and saved != [ROW_FEATURES[c] for c in shape["columns"]]:
             raise ValueError(f"{folder} was trained on another feature layout ({', '.join(saved)}): retrain it")
         return cls(**{k: v.astype(np.float64) for k, v in tensors.items()}, columns=shape["columns"],
-                   beta=shape["beta"], graded=GradedAnswers.load(folder))
+                   beta=shape["beta"], graded=GradedAnswers.load(folder),
+                   supported_view=shape.get("supported_view", False))
 
 
 @dataclass
@@ -217,13 +237,14 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     prompts, texts = [prompt for prompt, _, _ in answers], [text for _, text, _ in answers]
     graded_columns = graded_matrix(graded if GRADED_COLUMN in columns else None, prompts, texts,
                                    [m for _, _, m in answers])
-    raw = raw_features(prompts, texts, graded_columns).astype(np.float64)
+    views = answer_views(prompts, texts, config.supported_view)
+    raw = raw_features(prompts, texts, graded_columns, views).astype(np.float64)
     mean, std = raw[:, columns].mean(0), np.maximum(raw[:, columns].std(0), 1e-3)
     scaled = (raw[:, columns] - mean) / std
     d_features = scaled[chosen] - scaled[rejected]
     d_length = raw[chosen, LOG_CHARS] - raw[rejected, LOG_CHARS]
     if config.ngrams:
-        grams = ngram_matrix(texts)  # an answer under two prompts is hashed twice: the same row
+        grams = ngram_matrix(views)
         d_grams = (grams[chosen] - grams[rejected]).tocsr().astype(np.float64)
         if "label_kind" in pairs:  # the n-gram score must not learn the gaming rows' text banks by heart
             d_grams = (sparse.diags((pairs["label_kind"] != GAMING_LABEL).to_numpy(float)) @ d_grams).tocsr()
@@ -290,8 +311,18 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
                                     "before its iterations ended: no checkpoint was written; raise max_minutes")
 
     theta0 = np.zeros(N_BUCKETS + k + k * dim + q)
+    bounds = None
+    if config.signs:
+        lower, upper = np.full(len(theta0), -np.inf), np.full(len(theta0), np.inf)
+        for position, column in enumerate(columns):
+            sign = SIGNS.get(ROW_FEATURES[column], 0)
+            if sign < 0:
+                upper[N_BUCKETS + position] = 0.0
+            elif sign > 0:
+                lower[N_BUCKETS + position] = 0.0
+        bounds = Bounds(lower, upper)
     with threadpool_limits(limits=1):  # one thread: the same sums in the same order on any machine load
-        result = minimize(objective, theta0, jac=True, method="L-BFGS-B", callback=safety_net,
+        result = minimize(objective, theta0, jac=True, method="L-BFGS-B", callback=safety_net, bounds=bounds,
                           options={"maxiter": config.iterations, "maxfun": config.iterations * 2})
     u, v, gate, beta = unpack(result.x)
     log(f"linear CRM ({config.features} features{', n-grams' if config.ngrams else ''}): {len(pairs):,} rows, "
@@ -300,7 +331,8 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     by_source = pairs.groupby("source").size().to_dict()
     kept_graded = graded if GRADED_COLUMN in columns else None
     sources = {s: {"rows": int(n), "weight": config.source_weights.get(s, 1.0)} for s, n in by_source.items()}
-    return FitResult(LinearWeights(u, v, gate, mean, std, columns, float(beta[0]), kept_graded), float(result.fun),
+    fitted = LinearWeights(u, v, gate, mean, std, columns, float(beta[0]), kept_graded, config.supported_view)
+    return FitResult(fitted, float(result.fun),
                      int(result.nit), len(pairs), sources, [round(float(b), 6) for b in beta])
 
 

@@ -62,8 +62,7 @@ class CriteriaEncoder:
         rows = [np.mean([vectors[line] for line in profile], axis=0) for profile in profiles]
         rows = [row / max(np.linalg.norm(row), 1e-12) for row in rows]
         if self.bank is not None:
-            rows = [np.concatenate([row, self.bank.read(np.stack([vectors[line] for line in profile]),
-                                                        list(profile)).max(axis=0)])
+            rows = [np.concatenate([row, self.bank.read_lines(list(profile), self.embed_lines).max(axis=0)])
                     for row, profile in zip(rows, profiles)]
         return np.stack(rows) if rows else np.zeros((0, 1))
 
@@ -115,7 +114,7 @@ def train_linear(pairs: pd.DataFrame, backbone: Backbone, train_config, folder: 
     fitted.weights.save(folder, extra)
     encoder.bank.save(folder)
     twin_config = linear.LinearConfig(iterations=config.iterations, ngrams=False, features="length",
-                                      source_weights=config.source_weights)
+                                      source_weights=config.source_weights, supported_view=False)
     twin = linear.fit_linear(pairs, vectors, twin_config, criteria_key, log=log, deadline=deadline)
     (folder / LENGTH_ONLY_DIR).mkdir(exist_ok=True)
     twin.weights.save(folder / LENGTH_ONLY_DIR, {**extra, "config": linear.config_dict(twin_config)})

@@ -43,6 +43,8 @@ _FENCED = re.compile(r"```.*?(?:```|$)", re.DOTALL)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _STEM = 5
 _MIN_SENTENCE_STEMS = 3
+REPEAT_SLACK = 2  # stems a restatement may add ("Bottom line:", "Key point:")
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+\S")
 
 
 @lru_cache(maxsize=1)
@@ -74,11 +76,6 @@ def _prompt_stems(prompt: str) -> tuple[Counter, frozenset]:
     return found, frozenset(found)
 
 
-def _sentence_stems(answer: str) -> list[list[str]]:
-    """Content stems per sentence of the answer's prose (code blocks left out)."""
-    return [stems(s) for s in _SENTENCE.split(_FENCED.sub(" ", answer))]
-
-
 def _components(sentences: list[set]) -> list[int]:
     """Per sentence, its group: sentences sharing a stem, directly or through others, are one group."""
     parent = list(range(len(sentences)))
@@ -97,22 +94,54 @@ def _components(sentences: list[set]) -> list[int]:
     return [root(i) for i in range(len(sentences))]
 
 
-def _relevance_row(prompt: str, answer: str) -> tuple[float, float, float]:
-    """(prompt cosine, unsupported_sentence_share, unsupported content words), the answer's words found once.
-    A sentence is supported when it shares a stem with the prompt or, through a chain of shared stems, with a
-    sentence that does (a prompt with no content word: the largest group of sentences is the answer)."""
+def _support(prompt: str, answer: str) -> tuple[float, list[str], list[tuple[str, set]], list[str]]:
+    """(prompt cosine, the answer's prose sentences of 3+ content stems, the unsupported ones with their stem sets,
+    the repeats), the answer's words found once. A sentence is supported when it shares a stem with the prompt or,
+    through a chain of shared stems, with a sentence that does (a prompt with no content word: the largest group of
+    sentences is the answer). A repeat restates one earlier sentence: all its stems but REPEAT_SLACK are in it."""
     prompt_counts, prompt_set = _prompt_stems(prompt)
-    sentences = _sentence_stems(answer)
+    texts = _SENTENCE.split(_FENCED.sub(" ", answer))
+    sentences = [stems(s) for s in texts]
     relevance = _cosine(prompt_counts, Counter(stem for sentence in sentences for stem in sentence))
-    long_ones = [set(s) for s in sentences if len(s) >= _MIN_SENTENCE_STEMS]
+    long_ones = [(text, set(s)) for text, s in zip(texts, sentences) if len(s) >= _MIN_SENTENCE_STEMS]
+    repeats = [text for i, (text, stem_set) in enumerate(long_ones)
+               if any(len(stem_set - earlier) <= REPEAT_SLACK < len(stem_set) for _, earlier in long_ones[:i])]
     if len(long_ones) < 2:
-        return relevance, 0.0, 0.0
-    groups = _components(long_ones)
-    anchored = {group for group, sentence in zip(groups, long_ones) if sentence & prompt_set}
+        return relevance, [text for text, _ in long_ones], [], repeats
+    groups = _components([stem_set for _, stem_set in long_ones])
+    anchored = {group for group, (_, stem_set) in zip(groups, long_ones) if stem_set & prompt_set}
     if not anchored:
         anchored = {Counter(groups).most_common(1)[0][0]}
-    unsupported = [len(sentence) for group, sentence in zip(groups, long_ones) if group not in anchored]
-    return relevance, len(unsupported) / len(long_ones), float(sum(unsupported))
+    unsupported = [(text, stem_set) for group, (text, stem_set) in zip(groups, long_ones) if group not in anchored]
+    return relevance, [text for text, _ in long_ones], unsupported, repeats
+
+
+def _relevance_row(prompt: str, answer: str) -> tuple[float, float, float]:
+    """(prompt cosine, unsupported_sentence_share, unsupported content words)."""
+    relevance, long_ones, unsupported, _ = _support(prompt, answer)
+    if len(long_ones) < 2:
+        return relevance, 0.0, 0.0
+    return relevance, len(unsupported) / len(long_ones), float(sum(len(s) for _, s in unsupported))
+
+
+def supported_text(prompt: object, answer: object) -> str:
+    """What of the answer adds something: without its unsupported sentences, its repeats of earlier sentences (a
+    summary bullet restating the answer) and then its empty headings (a heading with no text before the next one
+    or the end). The linear CRM's answer-only features and n-grams read this (`LinearConfig.supported_view`), so
+    padding adds no length, bullets, bold marks or headings for the reward to pay for. Fenced code is kept."""
+    answer = as_text(answer)
+    _, _, unsupported, repeats = _support(as_text(prompt), answer)
+    for text in [text for text, _ in unsupported] + repeats:
+        answer = answer.replace(text, "", 1)
+    lines = answer.split("\n")
+    kept, following_text = [], False
+    for line in reversed(lines):
+        if _HEADING.match(line) and not following_text:
+            continue
+        if line.strip():
+            following_text = not _HEADING.match(line)
+        kept.append(line)
+    return "\n".join(reversed(kept))
 
 
 def prompt_relevance(prompt: object, answer: object) -> float:
