@@ -68,13 +68,21 @@ def show_status(args: argparse.Namespace) -> int:
     print(f"USL_HOME: {home}")
     print(f"warehouse (published copy): {warehouse.database_path()}"
           + ("" if warehouse.database_path().exists() else " (not yet)"))
-    for schema, table, rows in warehouse_tables(warehouse):
-        print(f"  {schema}.{table:<40} {rows:>10,} rows")
+    for line in table_lines(warehouse_tables(warehouse)):
+        print(line)
     with open_instance() as instance:
         print(f"assets (Dagster instance {instance.root_directory}):")
         for key, when in materialization_status(instance):
             print(f"  {key:<42} {when}")
     return 0
+
+
+def table_lines(tables: list[tuple[str, str, int]]) -> list[str]:
+    """One aligned line per table: its qualified name padded to the longest, its row count right-aligned."""
+    names = [f"{schema}.{table}" for schema, table, _ in tables]
+    width = max(map(len, names), default=0)
+    return [f"  {name:<{width}}  {rows:>11,} {'row' if rows == 1 else 'rows'}"
+            for name, (_, _, rows) in zip(names, tables)]
 
 
 SUMMARY_QUERIES = {

@@ -29,6 +29,9 @@ class PhaseResult:
 
 
 OPTIONAL_TAG = "usl/optional"  # e.g. the LoRA CRMs: left out unless `include_optional`
+# Which of the three phases a run is: every run is of Dagster's implicit asset job, so the UI's run list shows the
+# phase as this tag (filter by it under Runs).
+PHASE_TAG = "usl/phase"
 # Dagster's run tags for a run over a range of partitions (the assets' single-run backfill policy runs it once).
 PARTITION_RANGE_START_TAG = "dagster/asset_partition_range_start"
 PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
@@ -122,7 +125,7 @@ def _execute(job, instance, name, keys, extra_tags, tags, log, run_config, parti
     log(f"▶ {name}: {len(keys)} assets" + (f" × {partitions} partitions" if partitions else ""))
     started = time.perf_counter()
     result = execute_in_location(job, instance, run_config=run_config, asset_selection=keys,
-                                 tags={**(tags or {}), **extra_tags}, on_event=StepProgress(log))
+                                 tags={**(tags or {}), **extra_tags, PHASE_TAG: name}, on_event=StepProgress(log))
     seconds = time.perf_counter() - started
     raise_if_interrupted(result)
     if not result.success:

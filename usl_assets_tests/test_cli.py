@@ -65,3 +65,11 @@ def test_help_says_what_usl_is_in_whole_sentences(capsys):
     assert exit_info.value.code == 0
     description = capsys.readouterr().out.split("\n\n")[1]
     assert description.startswith("The `usl` command") and description.rstrip().endswith(".")
+
+
+def test_status_aligns_its_row_counts_and_says_row_for_one():
+    from usl_assets.commands import table_lines
+
+    lines = table_lines([("crm", "calibration", 1), ("leaderboard", "pairwise_comparisons", 2251242), ("raw", "x", 0)])
+    assert lines[0].endswith(" 1 row") and lines[1].endswith(" 2,251,242 rows") and lines[2].endswith(" 0 rows")
+    assert len({line.index(" row") for line in lines}) == 1  # the counts end in one column
