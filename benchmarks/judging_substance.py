@@ -47,8 +47,27 @@ def memoized_rows(function):
     return rows
 
 
-for _name in ("feature_matrix", "degeneration_matrix", "relevance_matrix"):
+for _name in ("feature_matrix", "degeneration_matrix"):
     setattr(linear, _name, memoized_rows(getattr(linear, _name)))
+
+
+def memoized_relevance(function):
+    """linear.relevance_and_views, memoized per (prompt, answer, views): the rows and the views together."""
+    memo: dict = {}
+
+    def read(prompts, answers, views):
+        keys = [(p, a, views) for p, a in zip(prompts, answers)]
+        missing = list(dict.fromkeys(k for k in keys if k not in memo))
+        if missing:
+            rows, found = function([p for p, _, _ in missing], [a for _, a, _ in missing], views)
+            memo.update(zip(missing, zip(rows, found)))
+        if not keys:
+            return function(prompts, answers, views)
+        return np.stack([memo[k][0] for k in keys]), [memo[k][1] for k in keys]
+    return read
+
+
+linear.relevance_and_views = memoized_relevance(linear.relevance_and_views)
 
 
 def load(home: Path) -> dict:

@@ -11,9 +11,8 @@ best one matches (a logistic ramp around cosine 0.45: a criterion close to no ph
 A line that sets what it wants against what it does not ("prose rather than bullet points", "the idea, not a
 code listing", "prefer X to Y") is read side by side: what it sets aside counts for the opposite direction, since
 one embedding of the whole line mixes both (`contrast`). A profile of several criteria takes, per direction, its
-strongest line. The gate sees [e(c), reading(c)], so it
-can learn one coefficient shift per property direction, which a new wording reaches as long as its nearest
-phrasings mean the same thing.
+strongest line. The gate sees [e(c), reading(c)], so it can learn one coefficient shift per property direction,
+which a new wording reaches as long as its nearest phrasings mean the same thing.
 
 The bank's embeddings are stored with the checkpoint (`criteria_prototypes.safetensors` + `.json`), so scoring never
 re-embeds it and a checkpoint keeps the bank it was trained with.
@@ -44,8 +43,9 @@ _COMPARED = re.compile(r"^(?P<wanted>.*\b(?:more|better|rather|less|fewer|prefer
 _PREFER = re.compile(r"\bprefer\w*", re.IGNORECASE)
 _PREFER_SEPARATOR = re.compile(r"\s+(?:to|over)\s+", re.IGNORECASE)
 # "no more than three sentences", "fewer than 100 words": a limit, not a contrast.
-_LIMIT = re.compile(r"\b(?:no|not|never)\s+(?:more|less|fewer|longer|shorter)\s+than\b|\bthan\s+(?:\d+|zero|one|two|three|"
-                    r"four|five|six|seven|eight|nine|ten|a few|a couple|a handful|a single)\b", re.IGNORECASE)
+_LIMIT = re.compile(r"\b(?:no|not|never)\s+(?:more|less|fewer|longer|shorter)\s+than\b"
+                    r"|\bthan\s+(?:\d+|zero|one|two|three|four|five|six|seven|eight|nine|ten|a few|a couple|a handful"
+                    r"|a single)\b", re.IGNORECASE)
 _CLAUSE_END = re.compile(r"[,;:]|\s(?:so|because|since|as)\s", re.IGNORECASE)
 CONTRAST = "sides"  # how a contrast is read: "sides" (each alone) or "whole" (the line as one)
 SETTINGS = {"contrast": CONTRAST, "top_k": TOP_K, "scale": SCALE, "negation_penalty": NEGATION_PENALTY,
@@ -67,6 +67,12 @@ def bank_phrasings() -> tuple[list[str], list[str]]:
 
 def negated(text: str) -> bool:
     return bool(_NEGATION.search(text))
+
+
+def _opposite(direction: str) -> str:
+    """"length:less" -> "length:more" and back."""
+    name, way = direction.rsplit(":", 1)
+    return f"{name}:{'more' if way == 'less' else 'less'}"
 
 
 def _preference(line: str) -> tuple[str, str] | None:
@@ -116,8 +122,7 @@ class PrototypeBank:
         sides = {line: contrast(line) if CONTRAST == "sides" else None for line in lines}
         texts = [text for line in lines for text in (sides[line] or (line,))]
         vectors = embed(texts)
-        flipped = [self.directions.index(d.replace(":more", ":@").replace(":less", ":more").replace(":@", ":less"))
-                   for d in self.directions]
+        flipped = [self.directions.index(_opposite(direction)) for direction in self.directions]
         rows = []
         for line in lines:
             if sides[line] is None:

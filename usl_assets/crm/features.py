@@ -15,7 +15,7 @@ import numpy as np
 _WORD = re.compile(r"\b\w+\b")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+\S")
 _LIST_MARKER = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+")
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+\S")
+HEADING_LINE = re.compile(r"^\s{0,3}#{1,6}\s+\S")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _INLINE_CODE = re.compile(r"`[^`\n]+`")
 _BOLD = re.compile(r"\*\*[^*\n]+\*\*|__[^_\n]+__")
@@ -167,7 +167,7 @@ def response_counts(text: object) -> dict[str, int]:
         "paragraphs": sum(1 for block in re.split(r"\n\s*\n", text) if block.strip()),
         "sentences": len(_SENTENCE_END.findall(unmarked)) or (1 if unmarked.strip() else 0),
         "list_items": sum(1 for line in prose_lines if _LIST_ITEM.match(line)),
-        "headings": sum(1 for line in prose_lines if _HEADING.match(line)),
+        "headings": sum(1 for line in prose_lines if HEADING_LINE.match(line)),
         "code_blocks": code_blocks,
         "code_lines": code_lines,
         "inline_code": len(_INLINE_CODE.findall(prose)),

@@ -55,11 +55,11 @@ def _selected(row: dict, config: GamingConfig) -> str | None:
 
 def _weaker_side(row: dict) -> dict:
     """The row with its rejected answer as the real one: a worse answer to the prompt still beats no answer."""
-    return {**row, "chosen": row["rejected"], "chosen_model": row.get("rejected_model"), "weak_real": True}
+    return {**row, "chosen": row["rejected"], "chosen_model": row.get("rejected_model")}
 
 
-def _gamed(row: dict, kind: str, bank: str, other: dict | None, seed: int) -> dict | None:
-    key = (row["origin_idx"], kind, "weak") if row.get("weak_real") else (row["origin_idx"], kind)
+def _gamed(row: dict, kind: str, bank: str, other: dict | None, seed: int, *salt: str) -> dict | None:
+    key = (row["origin_idx"], kind, *salt)
     real = str(row["chosen"])
     if kind == "off_topic":
         if other is None:
@@ -77,7 +77,6 @@ def _gamed(row: dict, kind: str, bank: str, other: dict | None, seed: int) -> di
         text, model = gaming.truncated(real), row["chosen_model"]
     if text.strip() == real.strip():
         return None
-    row = {name: value for name, value in row.items() if name != "weak_real"}
     return {**row, "split": "train" if bank == "train" else SPLIT, "rejected": text,
             "augmentation": f"gaming_{kind}", "human_label": None, "chosen_is_longer": len(real) > len(text),
             "property": None, "property_direction": None, "label_kind": LABEL_KIND,
@@ -105,11 +104,11 @@ def gaming_rows(rows: list[dict], config: GamingConfig) -> list[dict]:
         if bank == "train" and "padded" in kinds:  # its filler-free twin, at even odds
             kinds = (*kinds, "reformatted")
         other = chosen[other_of[i]][0] if i in other_of else None
-        reals = [(row, kind) for kind in kinds]
+        reals = [(row, kind, ()) for kind in kinds]
         if bank == "train" and config.weak_real:
-            reals += [(_weaker_side(row), kind) for kind in kinds if kind in WEAK_REAL_KINDS]
-        for real, kind in reals:
-            gamed = _gamed(real, kind, bank, other, config.seed)
+            reals += [(_weaker_side(row), kind, ("weak",)) for kind in kinds if kind in WEAK_REAL_KINDS]
+        for real, kind, salt in reals:
+            gamed = _gamed(real, kind, bank, other, config.seed, *salt)
             if gamed is not None:
                 found.append(gamed)
     return found

@@ -37,7 +37,7 @@ from scipy.optimize import Bounds, minimize
 from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES, degeneration_matrix, feature_matrix
 from usl_assets.crm.gaming_pairs import LABEL_KIND as GAMING_LABEL
 from usl_assets.crm.graded_answers import GradedAnswers
-from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, relevance_matrix, supported_text
+from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, relevance_and_views
 
 N_BUCKETS = 2**18
 LENGTH_FEATURES = ("log_words", "log_chars")
@@ -81,7 +81,7 @@ class LinearConfig:
     gaming_weight: float = 1.0  # per gaming row (crm/gaming_pairs.py), whatever its source
     gaming_nuisance: str = "markdown"  # none | truncated | markdown | style: which of the gaming rows' style
     # differences get coefficients of their own, outside the reward (GAMING_NUISANCES)
-    supported_view: bool = True  # n-grams and FEATURE_NAMES read what of the answer adds something (answer_views)
+    supported_view: bool = True  # n-grams and FEATURE_NAMES read what of the answer adds something (raw_features)
     signs: bool = True  # base coefficients follow SIGNS: filler never helps, fitting the prompt never hurts
 
     def feature_columns(self, graded: bool = False) -> list[int]:
@@ -114,19 +114,16 @@ def hasher():
                              lowercase=True, dtype=np.float32)
 
 
-def answer_views(prompts: list[str], texts: list[str], supported_view: bool) -> list[str]:
-    """What the n-grams and FEATURE_NAMES read: with `supported_view`, what of each answer adds something
-    (crm/relevance.supported_text: no filler, restatements or empty headings), else the answers."""
-    return [supported_text(p, t) for p, t in zip(prompts, texts)] if supported_view else list(texts)
-
-
-def raw_features(prompts: list[str], texts: list[str], graded: np.ndarray, views: list[str]) -> np.ndarray:
-    """The ROW_FEATURES of each answer, unscaled: the one place their column order is written. `graded`: the
-    GRADED_FEATURES columns (zeros where there are no graded answers); `views`: answer_views (FEATURE_NAMES read
-    them; the degeneration and relevance features read the answers themselves)."""
-    return np.concatenate([feature_matrix(views), degeneration_matrix(prompts, texts),
-                           relevance_matrix(prompts, texts),
-                           np.asarray(graded).reshape(-1, len(GRADED_FEATURES))], axis=1)
+def raw_features(prompts: list[str], texts: list[str], graded: np.ndarray,
+                 supported_view: bool) -> tuple[np.ndarray, list[str]]:
+    """The ROW_FEATURES of each answer, unscaled (the one place their column order is written), and what the
+    n-grams and FEATURE_NAMES read: with `supported_view`, what of each answer adds something
+    (crm/relevance.supported_text: no filler, restatements or empty headings), else the answers. `graded`: the
+    GRADED_FEATURES columns (zeros where there are no graded answers). The degeneration and relevance features read
+    the answers themselves."""
+    relevance, views = relevance_and_views(prompts, texts, supported_view)
+    return np.concatenate([feature_matrix(views), degeneration_matrix(prompts, texts), relevance,
+                           np.asarray(graded).reshape(-1, len(GRADED_FEATURES))], axis=1), views
 
 
 def graded_matrix(graded: GradedAnswers | None, prompts: list[str], texts: list[str],
@@ -155,11 +152,10 @@ class LinearWeights:
 
     def response_rows(self, prompts: list[str], responses: list[str]) -> np.ndarray:
         """Per response: [u·h(a), then ROW_FEATURES raw] (float32): what scoring caches."""
-        views = answer_views(prompts, responses, self.supported_view)
-        ngram = ngram_matrix(views) @ self.u if np.any(self.u) else np.zeros(len(responses))
         uses_graded = self.graded is not None and GRADED_COLUMN in self.columns
         graded = graded_matrix(self.graded if uses_graded else None, prompts, responses)
-        features = raw_features(prompts, responses, graded, views)
+        features, views = raw_features(prompts, responses, graded, self.supported_view)
+        ngram = ngram_matrix(views) @ self.u if np.any(self.u) else np.zeros(len(responses))
         return np.concatenate([np.asarray(ngram, np.float64).reshape(-1, 1), features], axis=1).astype(np.float32)
 
     def score_rows(self, rows: np.ndarray, criteria_vector: np.ndarray) -> np.ndarray:
@@ -237,8 +233,8 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     prompts, texts = [prompt for prompt, _, _ in answers], [text for _, text, _ in answers]
     graded_columns = graded_matrix(graded if GRADED_COLUMN in columns else None, prompts, texts,
                                    [m for _, _, m in answers])
-    views = answer_views(prompts, texts, config.supported_view)
-    raw = raw_features(prompts, texts, graded_columns, views).astype(np.float64)
+    raw, views = raw_features(prompts, texts, graded_columns, config.supported_view)
+    raw = raw.astype(np.float64)
     mean, std = raw[:, columns].mean(0), np.maximum(raw[:, columns].std(0), 1e-3)
     scaled = (raw[:, columns] - mean) / std
     d_features = scaled[chosen] - scaled[rejected]

@@ -27,11 +27,12 @@ Pure Python and sparse algebra: no model, so whole pools are scored in seconds.
 import math
 import re
 from collections import Counter
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from usl_assets.crm.features import as_text
+from usl_assets.crm.features import HEADING_LINE, as_text
 
 RELEVANCE_FEATURES = ("prompt_fit", "unsupported_sentence_share", "log_unsupported_words", "unfinished_ending",
                       "graded_best_match")
@@ -44,7 +45,6 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _STEM = 5
 _MIN_SENTENCE_STEMS = 3
 REPEAT_SLACK = 2  # stems a restatement may add ("Bottom line:", "Key point:")
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+\S")
 
 
 @lru_cache(maxsize=1)
@@ -94,11 +94,18 @@ def _components(sentences: list[set]) -> list[int]:
     return [root(i) for i in range(len(sentences))]
 
 
-def _support(prompt: str, answer: str) -> tuple[float, list[str], list[tuple[str, set]], list[str]]:
-    """(prompt cosine, the answer's prose sentences of 3+ content stems, the unsupported ones with their stem sets,
-    the repeats), the answer's words found once. A sentence is supported when it shares a stem with the prompt or,
-    through a chain of shared stems, with a sentence that does (a prompt with no content word: the largest group of
-    sentences is the answer). A repeat restates one earlier sentence: all its stems but REPEAT_SLACK are in it."""
+@dataclass(frozen=True)
+class _Support:
+    relevance: float  # the prompt's and the answer's stem cosine
+    sentences: int  # prose sentences of 3+ content stems
+    unsupported: list[tuple[str, set]]  # those tied to nothing: text, stems
+    repeats: list[str]  # those restating an earlier one
+
+
+def _support(prompt: str, answer: str) -> _Support:
+    """The answer's words found once. A sentence is supported when it shares a stem with the prompt or, through a
+    chain of shared stems, with a sentence that does (a prompt with no content word: the largest group of sentences
+    is the answer). A repeat restates one earlier sentence: all its stems but REPEAT_SLACK are in it."""
     prompt_counts, prompt_set = _prompt_stems(prompt)
     texts = _SENTENCE.split(_FENCED.sub(" ", answer))
     sentences = [stems(s) for s in texts]
@@ -107,21 +114,34 @@ def _support(prompt: str, answer: str) -> tuple[float, list[str], list[tuple[str
     repeats = [text for i, (text, stem_set) in enumerate(long_ones)
                if any(len(stem_set - earlier) <= REPEAT_SLACK < len(stem_set) for _, earlier in long_ones[:i])]
     if len(long_ones) < 2:
-        return relevance, [text for text, _ in long_ones], [], repeats
+        return _Support(relevance, len(long_ones), [], repeats)
     groups = _components([stem_set for _, stem_set in long_ones])
     anchored = {group for group, (_, stem_set) in zip(groups, long_ones) if stem_set & prompt_set}
     if not anchored:
         anchored = {Counter(groups).most_common(1)[0][0]}
     unsupported = [(text, stem_set) for group, (text, stem_set) in zip(groups, long_ones) if group not in anchored]
-    return relevance, [text for text, _ in long_ones], unsupported, repeats
+    return _Support(relevance, len(long_ones), unsupported, repeats)
 
 
-def _relevance_row(prompt: str, answer: str) -> tuple[float, float, float]:
+def _relevance_row(support: _Support) -> tuple[float, float, float]:
     """(prompt cosine, unsupported_sentence_share, unsupported content words)."""
-    relevance, long_ones, unsupported, _ = _support(prompt, answer)
-    if len(long_ones) < 2:
-        return relevance, 0.0, 0.0
-    return relevance, len(unsupported) / len(long_ones), float(sum(len(s) for _, s in unsupported))
+    if support.sentences < 2:
+        return support.relevance, 0.0, 0.0
+    return (support.relevance, len(support.unsupported) / support.sentences,
+            float(sum(len(s) for _, s in support.unsupported)))
+
+
+def _view(answer: str, support: _Support) -> str:
+    for text in [text for text, _ in support.unsupported] + support.repeats:
+        answer = answer.replace(text, "", 1)
+    kept, following_text = [], False
+    for line in reversed(answer.split("\n")):
+        if HEADING_LINE.match(line) and not following_text:
+            continue
+        if line.strip():
+            following_text = not HEADING_LINE.match(line)
+        kept.append(line)
+    return "\n".join(reversed(kept))
 
 
 def supported_text(prompt: object, answer: object) -> str:
@@ -130,26 +150,15 @@ def supported_text(prompt: object, answer: object) -> str:
     or the end). The linear CRM's answer-only features and n-grams read this (`LinearConfig.supported_view`), so
     padding adds no length, bullets, bold marks or headings for the reward to pay for. Fenced code is kept."""
     answer = as_text(answer)
-    _, _, unsupported, repeats = _support(as_text(prompt), answer)
-    for text in [text for text, _ in unsupported] + repeats:
-        answer = answer.replace(text, "", 1)
-    lines = answer.split("\n")
-    kept, following_text = [], False
-    for line in reversed(lines):
-        if _HEADING.match(line) and not following_text:
-            continue
-        if line.strip():
-            following_text = not _HEADING.match(line)
-        kept.append(line)
-    return "\n".join(reversed(kept))
+    return _view(answer, _support(as_text(prompt), answer))
 
 
 def prompt_relevance(prompt: object, answer: object) -> float:
-    return _relevance_row(as_text(prompt), as_text(answer))[0]
+    return _support(as_text(prompt), as_text(answer)).relevance
 
 
 def unsupported_sentence_share(prompt: object, answer: object) -> float:
-    return _relevance_row(as_text(prompt), as_text(answer))[1]
+    return _relevance_row(_support(as_text(prompt), as_text(answer)))[1]
 
 
 def unfinished_ending(answer: object) -> float:
@@ -157,13 +166,23 @@ def unfinished_ending(answer: object) -> float:
     return 1.0 if text and (text[-1].isalnum() or text[-1] == ",") and not text.endswith("```") else 0.0
 
 
-def _row(prompt: object, answer: object) -> tuple[float, float, float, float]:
-    answer = as_text(answer)
-    relevance, share, words = _relevance_row(as_text(prompt), answer)
+def _row(support: _Support, answer: str) -> tuple[float, float, float, float]:
+    relevance, share, words = _relevance_row(support)
     return min(relevance / FIT_COSINE, 1.0), share, math.log1p(words), unfinished_ending(answer)
+
+
+def relevance_and_views(prompts: list, answers: list, views: bool) -> tuple[np.ndarray, list[str]]:
+    """One float32 row per (prompt, answer), columns in TEXT_RELEVANCE_FEATURES order, and with `views` each
+    answer's supported_text (else the answer as text): each answer's sentences are found once for both."""
+    rows, found = [], []
+    for prompt, answer in zip(prompts, answers):
+        answer = as_text(answer)
+        support = _support(as_text(prompt), answer)
+        rows.append(_row(support, answer))
+        found.append(_view(answer, support) if views else answer)
+    return np.asarray(rows, dtype=np.float32).reshape(len(rows), len(TEXT_RELEVANCE_FEATURES)), found
 
 
 def relevance_matrix(prompts: list, answers: list) -> np.ndarray:
     """One float32 row per (prompt, answer), columns in TEXT_RELEVANCE_FEATURES order."""
-    rows = [_row(p, a) for p, a in zip(prompts, answers)]
-    return np.asarray(rows, dtype=np.float32).reshape(len(rows), len(TEXT_RELEVANCE_FEATURES))
+    return relevance_and_views(prompts, answers, views=False)[0]
