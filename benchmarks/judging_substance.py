@@ -52,17 +52,18 @@ for _name in ("feature_matrix", "degeneration_matrix"):
 
 
 def memoized_relevance(function):
-    """linear.relevance_and_views, memoized per (prompt, answer, views): the rows and the views together."""
+    """linear.relevance_and_views, memoized per (prompt, answer, views, common stems): the rows and the views
+    together."""
     memo: dict = {}
 
-    def read(prompts, answers, views):
-        keys = [(p, a, views) for p, a in zip(prompts, answers)]
+    def read(prompts, answers, views, common=frozenset()):
+        keys = [(p, a, views, common) for p, a in zip(prompts, answers)]
         missing = list(dict.fromkeys(k for k in keys if k not in memo))
         if missing:
-            rows, found = function([p for p, _, _ in missing], [a for _, a, _ in missing], views)
+            rows, found = function([k[0] for k in missing], [k[1] for k in missing], views, common)
             memo.update(zip(missing, zip(rows, found)))
         if not keys:
-            return function(prompts, answers, views)
+            return function(prompts, answers, views, common)
         return np.stack([memo[k][0] for k in keys]), [memo[k][1] for k in keys]
     return read
 
@@ -111,6 +112,22 @@ def rewards_under(weights, vectors_of, frame: pd.DataFrame, criteria=None) -> np
         members = [i for i, k in enumerate(keys) if k == key]
         out[members] = weights.score_rows(rows[members], vectors_of(key))
     return out
+
+
+def padding_paid_by(weights, vectors_of, source: pd.DataFrame, padded: pd.DataFrame, top: int = 6) -> str:
+    """The reward terms that differ most, on average, between the padded probe's answers and its source's (same
+    prompts, same order), under the pool's criteria: what pays for the padding."""
+    def terms(frame: pd.DataFrame) -> np.ndarray:
+        rows = weights.response_rows(list(frame["prompt"]), list(frame["response"]))
+        scaled = (rows[:, 1:][:, weights.columns].astype(np.float64) - weights.feature_mean) / weights.feature_std
+        coefficients = np.stack([weights.v + weights.gate @ np.asarray(vectors_of(tuple(c)), np.float64)
+                                 for c in frame["criteria"]])
+        return np.concatenate([rows[:, :1].astype(np.float64), scaled * coefficients], axis=1)
+
+    names = ["ngrams", *(linear.ROW_FEATURES[c] for c in weights.columns)]
+    gap = (terms(padded.reset_index(drop=True)) - terms(source.reset_index(drop=True))).mean(axis=0)
+    order = np.argsort(-np.abs(gap))[:top]
+    return f"total {gap.sum():+.3f}: " + ", ".join(f"{names[i]} {gap[i]:+.3f}" for i in order)
 
 
 def soft_scores(frame: pd.DataFrame, rewards: np.ndarray, reference: str) -> pd.Series:
@@ -186,6 +203,10 @@ def main() -> None:
                       for name in ranked.index if name.startswith("probe:")}
             print(f"{pool_name}: {len(ranked)} ranked; weakest {real.index[-1]} {real.iloc[-1]:.1f}, lowest real "
                   f"{scores.min():.1f}, strongest {real.index[0]} {real.iloc[0]:.1f}; probes {places}")
+            source = pool[pool["model"] == real.index[-1]].sort_values("prompt_id")
+            padded = probed[probed["model"] == "probe:padded"].sort_values("prompt_id")
+            print(f"  padded probe vs its source, mean reward terms: "
+                  f"{padding_paid_by(weights, vectors_of, source, padded)}")
             if pool_name == "alpaca_eval":
                 external, names = validity.load_external_rankings(data_root), validity.load_name_map(data_root)
                 ours = validity.to_external_names(scores, "lmarena_2025", external["lmarena_2025"], names)

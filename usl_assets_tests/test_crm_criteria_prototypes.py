@@ -82,3 +82,23 @@ def test_what_a_contrast_sets_aside_reads_as_less_of_it(encoder, text, unwanted)
     found = dict(zip(encoder.bank.directions, encoder.bank.read_lines([text], encoder.embed_lines)[0]))
     assert found[f"{unwanted}:less"] > found[f"{unwanted}:more"]
     assert found[f"{unwanted}:less"] == max(found.values())
+
+
+@pytest.mark.parametrize("line, parts", [
+    ("I find bullet points choppy.", [("bullet points", False)]),
+    ("Phrases like 'Great question' feel like filler to me.", [("Phrases like 'Great question'", False)]),
+    ("My manager reads these on a small screen during her commute, so keep the reply short and plain.",
+     [("My manager reads these on a small screen during her commute", True), ("keep the reply short and plain", True)]),
+    ("Keep it short.", [("Keep it short.", True)]),
+])
+def test_a_line_is_read_by_its_clauses_and_what_it_dislikes(line, parts):
+    assert criteria_prototypes.sides(line) == parts
+
+
+@pytest.mark.parametrize("text, direction", [
+    ("Honestly, I find code snippets tedious.", "code:less"),  # a dislike of code: less of it
+    ("My manager reads these on a small screen during her commute, so keep the reply short.", "length:less"),
+])
+def test_a_dislike_or_a_wish_after_the_user_s_situation_reads_as_what_it_means(encoder, text, direction):
+    found = dict(zip(encoder.bank.directions, encoder.bank.read_lines([text], encoder.embed_lines)[0]))
+    assert max(found, key=found.get) == direction

@@ -126,3 +126,20 @@ def test_gaming_rows_train_on_the_train_bank_and_test_on_held_out_prompts_with_t
             assert row["rejected"].split()[2] != row["chosen"].split()[2]
             assert row["rejected"].split()[0] == row["chosen"].split()[0]
     assert not [r for r in found if r["origin_idx"] == "n0"]
+
+
+def test_a_new_step_sharing_two_words_with_an_earlier_sentence_is_no_restatement():
+    prompt = "How do I wrap a present neatly?"
+    answer = ("Wrapping a present neatly takes paper, tape and scissors. Fold the paper over the box and tape it. "
+              "Then crease every edge of the paper so the corners stay neat.")
+    assert relevance.supported_text(prompt, answer) == answer
+    bullet = "- **Pro tip:** Fold the paper over the box and tape it."
+    assert relevance.supported_text(prompt, f"{answer}\n\n{bullet}").strip() == answer
+
+
+def test_no_chain_of_support_goes_through_the_words_every_answer_uses():
+    filler = "Take your time and consider every important factor carefully."  # shares "time" with the answer
+    assert relevance.supported_text(PROMPT, f"{ANSWER} {filler}").strip() == f"{ANSWER} {filler}"
+    common = relevance.common_stems([ANSWER, filler, "There is time.", "Time flies.", "Nothing here at all."], 0.5)
+    assert common == frozenset({"time"})
+    assert relevance.supported_text(PROMPT, f"{ANSWER} {filler}", common).strip() == ANSWER

@@ -180,7 +180,8 @@ def test_an_answer_moved_to_another_prompt_loses_to_the_real_one(table, backbone
 
 def test_filler_never_earns_reward_even_where_the_training_pairs_reward_it(table):
     """linear.SIGNS: on pairs where the answer with an unrelated sentence added always wins, an unconstrained fit
-    pays for unsupported sentences; the default keeps their coefficients at or below zero."""
+    pays for unsupported sentences; the default keeps their coefficients at or below zero, under the criteria too
+    (the gate leaves them alone: with one criteria vector for every row, a free gate alone would pay for them)."""
     from usl_assets.crm import gaming
 
     held = table[(table["split"] == "train") & (table["augmentation"] == "original")].head(60)
@@ -193,9 +194,10 @@ def test_filler_never_earns_reward_even_where_the_training_pairs_reward_it(table
     def coefficients(**changes):
         fitted = linear.fit_linear(pairs, vectors, linear.LinearConfig(iterations=40, ngrams=False, **changes),
                                    lambda _: "c", log=lambda _: None).weights
-        return {linear.ROW_FEATURES[c]: value for c, value in zip(fitted.columns, fitted.v)}
+        effective = fitted.v + fitted.gate @ vectors["c"]
+        return {linear.ROW_FEATURES[c]: value for c, value in zip(fitted.columns, effective)}
 
-    free, signed = coefficients(signs=False), coefficients()
-    assert free["log_unsupported_words"] > 0.01
+    free, base_only, signed = coefficients(signs=False), coefficients(gate_signs=False), coefficients()
+    assert free["log_unsupported_words"] > 0.01 and base_only["log_unsupported_words"] > 0.01
     for name, sign in linear.SIGNS.items():
         assert sign * signed[name] >= 0

@@ -10,9 +10,11 @@ bank), turned into a soft choice among the directions (softmax at temperature 0.
 best one matches (a logistic ramp around cosine 0.45: a criterion close to no phrasing reads as no property).
 A line that sets what it wants against what it does not ("prose rather than bullet points", "the idea, not a
 code listing", "prefer X to Y") is read side by side: what it sets aside counts for the opposite direction, since
-one embedding of the whole line mixes both (`contrast`). A profile of several criteria takes, per direction, its
-strongest line. The gate sees [e(c), reading(c)], so it can learn one coefficient shift per property direction,
-which a new wording reaches as long as its nearest phrasings mean the same thing.
+one embedding of the whole line mixes both (`contrast`). A dislike ("I find bullet points choppy") is read the
+same way, what it names counting for the opposite direction (`disliked`), and a long first-person line clause by
+clause, so the user's situation does not drown the wish (`clauses`). A profile of several criteria takes, per
+direction, its strongest line. The gate sees [e(c), reading(c)], so it can learn one coefficient shift per property
+direction, which a new wording reaches as long as its nearest phrasings mean the same thing.
 
 The bank's embeddings are stored with the checkpoint (`criteria_prototypes.safetensors` + `.json`), so scoring never
 re-embeds it and a checkpoint keeps the bank it was trained with.
@@ -47,9 +49,30 @@ _LIMIT = re.compile(r"\b(?:no|not|never)\s+(?:more|less|fewer|longer|shorter)\s+
                     r"|\bthan\s+(?:\d+|zero|one|two|three|four|five|six|seven|eight|nine|ten|a few|a couple|a handful"
                     r"|a single)\b", re.IGNORECASE)
 _CLAUSE_END = re.compile(r"[,;:]|\s(?:so|because|since|as)\s", re.IGNORECASE)
+# A long line mixes the user's situation with the wish ("I'm reading on my phone between meetings, so I need answers
+# that get to the point"): one embedding of it lands near neither. Lines in the first person of LONG_LINE_WORDS
+# words or more are read clause by clause, each clause's reading counting as a line of its own. Third-person rubric
+# lines stay whole: theirs carry conditions ("This criterion is not applicable if the user asks for a short
+# answer") that read alone would say the opposite of the rubric.
+LONG_LINE_WORDS = 12
+_FIRST_PERSON = re.compile(r"\bI\b|\b[Mm](?:y|e)\b")
+_CLAUSE = re.compile(r",?\s+(?:so|which means|and so)\s+(?=\w)|;\s*|:\s+|\.\s+"
+                     r"|,\s+(?=please\b|I\b|I'[a-z]+\b|a\b|the\b)|^(?:since|because|when|as|if)\b[^,]*,\s*",
+                     re.IGNORECASE)
+# "I find bullet points choppy", "Phrases like 'Great question' feel like filler to me", "I get lost in long
+# sentences": a dislike of what the line names, which an embedding reads as a wish for it (it names the thing).
+# What is left without the dislike's words is read as the unwanted side.
+_DISLIKE = re.compile(
+    r"\b(?:(?:a bit|too|really|quite|so|very)\s+)?(?:tedious|choppy|cold|annoying|redundant|distracting|confusing|"
+    r"overwhelming|fragmented|irritating|boring|pointless|useless|cluttered|exhausting|off-putting|"
+    r"hard to (?:read|follow|scan|parse)|(?:is |are )?a waste of (?:my )?time|feels? like (?:filler|padding|noise)|"
+    r"get lost(?: in| when)?|blur together|can't stand|dislike|hate)\b(?:\s+(?:to me|for me))?", re.IGNORECASE)
+_DISLIKE_FRAME = re.compile(r"^\s*(?:I\s+(?:find|think|feel that)\s+(?:it\s+)?|I\s+)|\b(?:and|or)\s*(?=[.!]?\s*$)",
+                            re.IGNORECASE)
 CONTRAST = "sides"  # how a contrast is read: "sides" (each alone) or "whole" (the line as one)
-SETTINGS = {"contrast": CONTRAST, "top_k": TOP_K, "scale": SCALE, "negation_penalty": NEGATION_PENALTY,
-            "temperature": TEMPERATURE, "match_center": MATCH_CENTER, "match_width": MATCH_WIDTH}
+SETTINGS = {"contrast": CONTRAST, "long_line_words": LONG_LINE_WORDS, "clauses": "first_person", "dislike": True,
+            "top_k": TOP_K, "scale": SCALE, "negation_penalty": NEGATION_PENALTY, "temperature": TEMPERATURE,
+            "match_center": MATCH_CENTER, "match_width": MATCH_WIDTH}
 
 
 def bank_phrasings() -> tuple[list[str], list[str]]:
@@ -106,6 +129,39 @@ def contrast(line: str) -> tuple[str, str] | None:
     return (wanted.strip(), unwanted.strip()) if wanted.strip() and unwanted.strip() else None
 
 
+def clauses(line: str) -> list[str]:
+    """A long first-person line's clauses of 3+ words (LONG_LINE_WORDS); any other line as it is."""
+    if len(line.split()) < LONG_LINE_WORDS or not _FIRST_PERSON.search(line):
+        return [line]
+    found = [part.strip(" ,.") for part in _CLAUSE.split(line) if part]
+    return [part for part in found if len(part.split()) >= 3] or [line]
+
+
+def disliked(line: str) -> str | None:
+    """What a line says it dislikes ("I find bullet points choppy" -> "bullet points"), else None."""
+    if not _DISLIKE.search(line):
+        return None
+    rest = _DISLIKE_FRAME.sub("", _DISLIKE.sub(" ", line)).strip(" ,.!")
+    rest = re.sub(r"\s+(?:and|or|in|when)?\s*$", "", re.sub(r"\s+", " ", rest))
+    return rest if rest else None
+
+
+def sides(line: str) -> list[tuple[str, bool]]:
+    """The parts a line is read by: (text, wanted). A contrast gives its wanted and unwanted sides, a dislike its
+    unwanted object, a long line each clause's."""
+    found = []
+    for clause in clauses(line):
+        pair = contrast(clause) if CONTRAST == "sides" else None
+        unwanted = None if pair else disliked(clause)
+        if pair:
+            found += [(pair[0], True), (pair[1], False)]
+        elif unwanted:
+            found.append((unwanted, False))
+        else:
+            found.append((clause, True))
+    return found
+
+
 @dataclass
 class PrototypeBank:
     labels: list[str]  # per phrasing: "property:direction"
@@ -117,20 +173,17 @@ class PrototypeBank:
         return list(dict.fromkeys(self.labels))
 
     def read_lines(self, lines: list[str], embed) -> np.ndarray:
-        """Per criterion line, its reading; a contrast's sides are read alone (`contrast`), the unwanted side for
-        the opposite direction. embed: lines -> {line: L2-normalized vector}."""
-        sides = {line: contrast(line) if CONTRAST == "sides" else None for line in lines}
-        texts = [text for line in lines for text in (sides[line] or (line,))]
-        vectors = embed(texts)
+        """Per criterion line, its reading: per direction, the strongest of its parts' (`sides`); an unwanted part
+        counts for the opposite direction. embed: texts -> {text: L2-normalized vector}."""
+        parts = {line: sides(line) for line in lines}
+        vectors = embed(list(dict.fromkeys(text for line in lines for text, _ in parts[line])))
         flipped = [self.directions.index(_opposite(direction)) for direction in self.directions]
         rows = []
         for line in lines:
-            if sides[line] is None:
-                rows.append(self.read(vectors[line][None, :], [line])[0])
-                continue
-            wanted, unwanted = sides[line]
-            against = self.read(vectors[unwanted][None, :], [unwanted], polarity=False)[0][flipped]
-            rows.append(np.maximum(self.read(vectors[wanted][None, :], [wanted])[0], against))
+            readings = [self.read(vectors[text][None, :], [text])[0] if wanted
+                        else self.read(vectors[text][None, :], [text], polarity=False)[0][flipped]
+                        for text, wanted in parts[line]]
+            rows.append(np.max(readings, axis=0))
         return np.stack(rows)
 
     def read(self, line_vectors: np.ndarray, lines: list[str], polarity: bool = True) -> np.ndarray:

@@ -37,7 +37,7 @@ from scipy.optimize import Bounds, minimize
 from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES, degeneration_matrix, feature_matrix
 from usl_assets.crm.gaming_pairs import LABEL_KIND as GAMING_LABEL
 from usl_assets.crm.graded_answers import GradedAnswers
-from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, relevance_and_views
+from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, common_stems, relevance_and_views
 
 N_BUCKETS = 2**18
 LENGTH_FEATURES = ("log_words", "log_chars")
@@ -83,6 +83,9 @@ class LinearConfig:
     # differences get coefficients of their own, outside the reward (GAMING_NUISANCES)
     supported_view: bool = True  # n-grams and FEATURE_NAMES read what of the answer adds something (raw_features)
     signs: bool = True  # base coefficients follow SIGNS: filler never helps, fitting the prompt never hurts
+    common_stem_share: float = 0.05  # chains of support skip the stems of more than this share of the training
+    # answers (crm/relevance.common_stems); 0: through every stem
+    gate_signs: bool = True  # with signs, the gate leaves SIGNS features alone: their sign holds under any criteria
 
     def feature_columns(self, graded: bool = False) -> list[int]:
         if self.features == "length":
@@ -114,14 +117,14 @@ def hasher():
                              lowercase=True, dtype=np.float32)
 
 
-def raw_features(prompts: list[str], texts: list[str], graded: np.ndarray,
-                 supported_view: bool) -> tuple[np.ndarray, list[str]]:
+def raw_features(prompts: list[str], texts: list[str], graded: np.ndarray, supported_view: bool,
+                 common: frozenset = frozenset()) -> tuple[np.ndarray, list[str]]:
     """The ROW_FEATURES of each answer, unscaled (the one place their column order is written), and what the
     n-grams and FEATURE_NAMES read: with `supported_view`, what of each answer adds something
     (crm/relevance.supported_text: no filler, restatements or empty headings), else the answers. `graded`: the
     GRADED_FEATURES columns (zeros where there are no graded answers). The degeneration and relevance features read
-    the answers themselves."""
-    relevance, views = relevance_and_views(prompts, texts, supported_view)
+    the answers themselves. common: the stems no chain of support goes through."""
+    relevance, views = relevance_and_views(prompts, texts, supported_view, common)
     return np.concatenate([feature_matrix(views), degeneration_matrix(prompts, texts), relevance,
                            np.asarray(graded).reshape(-1, len(GRADED_FEATURES))], axis=1), views
 
@@ -149,12 +152,13 @@ class LinearWeights:
     beta: float = 0.0  # the AI judge's length coefficient, β's first term (not part of the reward)
     graded: GradedAnswers | None = None
     supported_view: bool = False  # LinearConfig.supported_view at training
+    common: frozenset = frozenset()  # the training answers' common stems (relevance.common_stems)
 
     def response_rows(self, prompts: list[str], responses: list[str]) -> np.ndarray:
         """Per response: [u·h(a), then ROW_FEATURES raw] (float32): what scoring caches."""
         uses_graded = self.graded is not None and GRADED_COLUMN in self.columns
         graded = graded_matrix(self.graded if uses_graded else None, prompts, responses)
-        features, views = raw_features(prompts, responses, graded, self.supported_view)
+        features, views = raw_features(prompts, responses, graded, self.supported_view, self.common)
         ngram = ngram_matrix(views) @ self.u if np.any(self.u) else np.zeros(len(responses))
         return np.concatenate([np.asarray(ngram, np.float64).reshape(-1, 1), features], axis=1).astype(np.float32)
 
@@ -172,7 +176,7 @@ class LinearWeights:
         if self.graded is not None and GRADED_COLUMN in self.columns:
             self.graded.save(folder)
         shape = {"columns": self.columns, "feature_names": [ROW_FEATURES[c] for c in self.columns], "beta": self.beta,
-                 "supported_view": self.supported_view}
+                 "supported_view": self.supported_view, "common_stems": sorted(self.common)}
         (folder / SHAPE_FILE).write_text(json.dumps({**shape, **extra}, indent=2), encoding="utf-8")
 
     @classmethod
@@ -186,7 +190,8 @@ class LinearWeights:
             raise ValueError(f"{folder} was trained on another feature layout ({', '.join(saved)}): retrain it")
         return cls(**{k: v.astype(np.float64) for k, v in tensors.items()}, columns=shape["columns"],
                    beta=shape["beta"], graded=GradedAnswers.load(folder),
-                   supported_view=shape.get("supported_view", False))
+                   supported_view=shape.get("supported_view", False),
+                   common=frozenset(shape.get("common_stems", ())))
 
 
 @dataclass
@@ -233,7 +238,8 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     prompts, texts = [prompt for prompt, _, _ in answers], [text for _, text, _ in answers]
     graded_columns = graded_matrix(graded if GRADED_COLUMN in columns else None, prompts, texts,
                                    [m for _, _, m in answers])
-    raw, views = raw_features(prompts, texts, graded_columns, config.supported_view)
+    common = common_stems(texts, config.common_stem_share) if config.common_stem_share else frozenset()
+    raw, views = raw_features(prompts, texts, graded_columns, config.supported_view, common)
     raw = raw.astype(np.float64)
     mean, std = raw[:, columns].mean(0), np.maximum(raw[:, columns].std(0), 1e-3)
     scaled = (raw[:, columns] - mean) / std
@@ -316,6 +322,9 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
                 upper[N_BUCKETS + position] = 0.0
             elif sign > 0:
                 lower[N_BUCKETS + position] = 0.0
+            if sign and config.gate_signs:
+                gate_row = slice(N_BUCKETS + k + position * dim, N_BUCKETS + k + (position + 1) * dim)
+                lower[gate_row], upper[gate_row] = 0.0, 0.0
         bounds = Bounds(lower, upper)
     with threadpool_limits(limits=1):  # one thread: the same sums in the same order on any machine load
         result = minimize(objective, theta0, jac=True, method="L-BFGS-B", callback=safety_net, bounds=bounds,
@@ -327,7 +336,7 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     by_source = pairs.groupby("source").size().to_dict()
     kept_graded = graded if GRADED_COLUMN in columns else None
     sources = {s: {"rows": int(n), "weight": config.source_weights.get(s, 1.0)} for s, n in by_source.items()}
-    fitted = LinearWeights(u, v, gate, mean, std, columns, float(beta[0]), kept_graded, config.supported_view)
+    fitted = LinearWeights(u, v, gate, mean, std, columns, float(beta[0]), kept_graded, config.supported_view, common)
     return FitResult(fitted, float(result.fun),
                      int(result.nit), len(pairs), sources, [round(float(b), 6) for b in beta])
 

@@ -45,6 +45,12 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _STEM = 5
 _MIN_SENTENCE_STEMS = 3
 REPEAT_SLACK = 2  # stems a restatement may add ("Bottom line:", "Key point:")
+REPEAT_SHARED = 3  # stems a restatement shares with the sentence it restates, at least ("Fold the paper and tape
+# it." after "Wrapping takes paper, tape and scissors." shares two: a new step, not a restatement)
+# A chain of shared stems through words that answers to any prompt use ("consider", "important", "ensure",
+# "approach") ties filler to the answer: links go through the other stems only. Common stems are those in more
+# than COMMON_STEM_SHARE of the training answers (`common_stems`; the checkpoint keeps its set).
+COMMON_STEM_SHARE = 0.05
 
 
 @lru_cache(maxsize=1)
@@ -102,20 +108,29 @@ class _Support:
     repeats: list[str]  # those restating an earlier one
 
 
-def _support(prompt: str, answer: str) -> _Support:
+def common_stems(texts: list[str], share: float = COMMON_STEM_SHARE) -> frozenset:
+    """The stems in more than `share` of the texts (each distinct text counted once)."""
+    distinct = list(dict.fromkeys(as_text(text) for text in texts))
+    counts = Counter(stem for text in distinct for stem in set(stems(text)))
+    return frozenset(stem for stem, count in counts.items() if count > share * len(distinct))
+
+
+def _support(prompt: str, answer: str, common: frozenset = frozenset()) -> _Support:
     """The answer's words found once. A sentence is supported when it shares a stem with the prompt or, through a
-    chain of shared stems, with a sentence that does (a prompt with no content word: the largest group of sentences
-    is the answer). A repeat restates one earlier sentence: all its stems but REPEAT_SLACK are in it."""
+    chain of shared stems other than the `common` ones, with a sentence that does (a prompt with no content word:
+    the largest group of sentences is the answer). A repeat restates one earlier sentence: all its stems but
+    REPEAT_SLACK are in it, and at least REPEAT_SHARED."""
     prompt_counts, prompt_set = _prompt_stems(prompt)
     texts = _SENTENCE.split(_FENCED.sub(" ", answer))
     sentences = [stems(s) for s in texts]
     relevance = _cosine(prompt_counts, Counter(stem for sentence in sentences for stem in sentence))
     long_ones = [(text, set(s)) for text, s in zip(texts, sentences) if len(s) >= _MIN_SENTENCE_STEMS]
     repeats = [text for i, (text, stem_set) in enumerate(long_ones)
-               if any(len(stem_set - earlier) <= REPEAT_SLACK < len(stem_set) for _, earlier in long_ones[:i])]
+               if any(len(stem_set - earlier) <= REPEAT_SLACK < len(stem_set)
+                      and len(stem_set & earlier) >= REPEAT_SHARED for _, earlier in long_ones[:i])]
     if len(long_ones) < 2:
         return _Support(relevance, len(long_ones), [], repeats)
-    groups = _components([stem_set for _, stem_set in long_ones])
+    groups = _components([stem_set - common for _, stem_set in long_ones])
     anchored = {group for group, (_, stem_set) in zip(groups, long_ones) if stem_set & prompt_set}
     if not anchored:
         anchored = {Counter(groups).most_common(1)[0][0]}
@@ -144,13 +159,13 @@ def _view(answer: str, support: _Support) -> str:
     return "\n".join(reversed(kept))
 
 
-def supported_text(prompt: object, answer: object) -> str:
+def supported_text(prompt: object, answer: object, common: frozenset = frozenset()) -> str:
     """What of the answer adds something: without its unsupported sentences, its repeats of earlier sentences (a
     summary bullet restating the answer) and then its empty headings (a heading with no text before the next one
     or the end). The linear CRM's answer-only features and n-grams read this (`LinearConfig.supported_view`), so
     padding adds no length, bullets, bold marks or headings for the reward to pay for. Fenced code is kept."""
     answer = as_text(answer)
-    return _view(answer, _support(as_text(prompt), answer))
+    return _view(answer, _support(as_text(prompt), answer, common))
 
 
 def prompt_relevance(prompt: object, answer: object) -> float:
@@ -171,13 +186,15 @@ def _row(support: _Support, answer: str) -> tuple[float, float, float, float]:
     return min(relevance / FIT_COSINE, 1.0), share, math.log1p(words), unfinished_ending(answer)
 
 
-def relevance_and_views(prompts: list, answers: list, views: bool) -> tuple[np.ndarray, list[str]]:
+def relevance_and_views(prompts: list, answers: list, views: bool,
+                        common: frozenset = frozenset()) -> tuple[np.ndarray, list[str]]:
     """One float32 row per (prompt, answer), columns in TEXT_RELEVANCE_FEATURES order, and with `views` each
-    answer's supported_text (else the answer as text): each answer's sentences are found once for both."""
+    answer's supported_text (else the answer as text): each answer's sentences are found once for both. common:
+    stems no chain goes through (`common_stems`)."""
     rows, found = [], []
     for prompt, answer in zip(prompts, answers):
         answer = as_text(answer)
-        support = _support(as_text(prompt), answer)
+        support = _support(as_text(prompt), answer, common)
         rows.append(_row(support, answer))
         found.append(_view(answer, support) if views else answer)
     return np.asarray(rows, dtype=np.float32).reshape(len(rows), len(TEXT_RELEVANCE_FEATURES)), found
