@@ -170,5 +170,5 @@ def duration(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds} s"
     if seconds < 7200:
-        return f"{seconds // 60} min {seconds % 60} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+        return f"{seconds // 60} min" + (f" {seconds % 60} s" if seconds % 60 else "")
+    return f"{seconds // 3600} h" + (f" {seconds % 3600 // 60} min" if seconds % 3600 // 60 else "")
