@@ -17,7 +17,7 @@ HOLDER_PHASE = "leaderboards"
 
 @dg.asset(pool=WAREHOUSE_POOL)
 def holds_the_warehouse(context: dg.AssetExecutionContext) -> None:
-    print(f"holding {context.run_id}", flush=True)
+    print(f"holding {context.run.run_id}", flush=True)
     while True:
         time.sleep(60)
 
