@@ -4,6 +4,7 @@ Each stage adds its subcommands in its `commands.py` (a function `add_parsers(su
 stderr and a non-zero exit."""
 
 import argparse
+import gc
 import importlib
 import os
 import shutil
@@ -14,6 +15,10 @@ from pathlib import Path
 import duckdb
 
 from usl_assets.settings import UslConfigError, usl_home
+from usl_assets.slot_wait import SlotWaitTimeout
+
+# A step waited longer than --wait-timeout for a pool slot another run holds: sysexits' EX_TEMPFAIL, try later.
+EXIT_SLOT_WAIT_TIMEOUT = 75
 
 COMMAND_MODULES = [
     "usl_assets.commands",
@@ -59,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     except UslConfigError as error:
         print(f"usl: error: {error}", file=sys.stderr)
         return 2
+    except SlotWaitTimeout as error:
+        print(f"usl: error: {error}", file=sys.stderr)
+        return EXIT_SLOT_WAIT_TIMEOUT
     except duckdb.IOException as error:
         # Writes are short transactions and readers wait for them; what is left is a file held open by another
         # process for longer (a DuckDB shell, a notebook) or a file that cannot be read.
@@ -69,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         removed = remove_partial_files(usl_home())
         print("usl: interrupted; the interrupted run is marked failed and can be rerun"
               + (f" (removed {removed} partial file(s))" if removed else ""), file=sys.stderr)
+        # The interpreter's last garbage collection walks every object the code location made (seconds on a busy
+        # machine): an interrupted command ends at once instead. Nothing left needs a finalizer to run.
+        gc.freeze()
         return 130
 
 

@@ -12,6 +12,7 @@ from usl_assets.pipeline import OPTIONAL_TAG
 from usl_assets.recovery import recover_and_report
 from usl_assets.resources import Warehouse
 from usl_assets.settings import data_dir, usl_home
+from usl_assets.slot_wait import add_wait_timeout_flag
 
 
 def add_parsers(subparsers: argparse._SubParsersAction) -> None:
@@ -20,6 +21,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     run = subparsers.add_parser("run", help="materialize the whole asset graph on the instance in DAGSTER_HOME")
     run.add_argument("--neural-crm", action="store_true",
                      help="also train the LoRA CRMs (factorized, cross) and convert SmolLM2: slow on CPU")
+    add_wait_timeout_flag(run)
     add_verbose_flag(run)
     run.set_defaults(handler=run_everything)
 
@@ -140,7 +142,8 @@ def run_everything(args: argparse.Namespace) -> int:
     with open_instance() as instance:
         recover_and_report(instance)
         try:
-            phases = run_graph(instance, include_optional=args.neural_crm, verbose=getattr(args, "verbose", False))
+            phases = run_graph(instance, include_optional=args.neural_crm, verbose=getattr(args, "verbose", False),
+                               wait_timeout_s=args.wait_timeout)
         except RuntimeError as failure:
             print(f"usl: error: {failure}", file=sys.stderr)
             return 1

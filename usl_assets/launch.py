@@ -7,31 +7,46 @@ run is created with the origin the webserver gives runs of workspace.yaml's loca
 and location name), then executed in this process exactly as `execute_in_process` does it: no daemon, no
 server, no subprocess, and resources may still be replaced (tests).
 
+Its steps run in Dagster's in-process executor with one change: a step whose pool is full waits in slot_wait.py.
+Dagster 1.13's in-process loop asks again at once without sleeping (a core at ~100 % for as long as another run
+holds the `warehouse` slot) and only notes Ctrl-C / SIGTERM until the next step starts; here the wait sleeps,
+says who holds the slot, releases a dead holder, gives up after --wait-timeout and stops at once on a signal.
+
 The runs need Dagster's private API (`dagster._core`), imported here and in no other run code: Dagster has no
 public call that executes a run in this process under a code-location origin (its public launchers hand the run
-to a daemon, a gRPC server or a run worker process), and interrupted steps are told apart only by the private
-`ErrorSource`. The pins in pyproject.toml fix the Dagster release; usl_assets_tests/test_workspace.py checks
-against a real webserver that the runs still show under the location. On a Dagster upgrade, start here.
+to a daemon, a gRPC server or a run worker process), nor a hook for how a step waits for its pool, and
+interrupted steps are told apart only by the private `ErrorSource`. The pins in pyproject.toml fix the Dagster
+release; usl_assets_tests/test_workspace.py checks against a real webserver that the runs still show under the
+location, usl_assets_tests/test_warehouse_wait.py how a step waits. On a Dagster upgrade, start here.
 """
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import dagster as dg
 from dagster._core.definitions.job_base import InMemoryJob
 from dagster._core.definitions.reconstruct import ReconstructableRepository
 from dagster._core.definitions.repository_definition.valid_definitions import SINGLETON_REPOSITORY_NAME
+from dagster._core.errors import DagsterExecutionInterruptedError
+from dagster._core.events import DagsterEvent, EngineEventData
 from dagster._core.execution.api import ExecuteRunWithPlanIterable, create_execution_plan, job_execution_iterator
 from dagster._core.execution.context_creation_job import (
+    PlanExecutionContextManager,
     PlanOrchestrationContextManager,
     orchestration_context_event_generator,
 )
 from dagster._core.execution.execute_in_process import merge_run_tags
+from dagster._core.execution.plan.execute_plan import inner_plan_execution_iterator
+from dagster._core.execution.plan.instance_concurrency_context import InstanceConcurrencyContext
 from dagster._core.execution.plan.objects import ErrorSource
+from dagster._core.execution.retries import RetryMode
+from dagster._core.executor.in_process import InProcessExecutor
 from dagster._core.origin import JobPythonOrigin
 from dagster._core.remote_origin import (
     ManagedGrpcPythonEnvCodeLocationOrigin,
@@ -39,6 +54,9 @@ from dagster._core.remote_origin import (
     RemoteRepositoryOrigin,
 )
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+from dagster._utils.interrupts import pop_captured_interrupt
+
+from usl_assets.slot_wait import SlotWait, SlotWaitTimeout
 
 # What workspace.yaml names (usl_assets_tests/test_workspace.py checks that the two agree).
 LOCATION_NAME = "usl_assets"
@@ -74,12 +92,17 @@ def execute_in_location(
     partition_key: str | None = None,
     tags: Mapping[str, str] | None = None,
     on_event: Callable[[dg.DagsterEvent, int], None] | None = None,
+    slot_wait: SlotWait | None = None,
 ) -> dg.ExecuteInProcessResult:
     """`job_def.execute_in_process(..., raise_on_error=False)`, with the run recorded under this location.
-    `on_event(event, steps_in_plan)` sees each event as it happens (progress lines)."""
+    `on_event(event, steps_in_plan)` sees each event as it happens (progress lines); `slot_wait` says how a step
+    waits for a full pool (default: SlotWait(), printing). Raises SlotWaitTimeout when a step gave up waiting."""
+    slot_wait = SlotWait() if slot_wait is None else slot_wait
+    slot_wait.gave_up = None
     selection = list(asset_selection or [])
     ephemeral = job_def.as_ephemeral_job(resource_defs={}, input_values={}, op_selection=None,
-                                         asset_selection=selection)
+                                         asset_selection=selection).with_executor_def(
+        dg.ExecutorDefinition(name="usl_in_process", executor_creation_fn=lambda _: SlotWaitingExecutor(slot_wait)))
     run_config = dict(run_config or {})
     run_tags = merge_run_tags(job_def=job_def, partition_key=partition_key, tags=tags, asset_selection=selection,
                               instance=instance, run_config=run_config)
@@ -113,25 +136,116 @@ def execute_in_location(
         if current is not None and not current.is_finished:
             instance.report_run_failed(current, "interrupted (SIGINT/SIGTERM) before it finished")
         raise
+    finally:
+        # The run is over in this process: nothing of it may keep or wait for a slot (a step that never ran
+        # after being queued, an interrupted wait).
+        if instance.event_log_storage.supports_global_concurrency_limits:
+            instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+    if slot_wait.gave_up is not None:
+        raise slot_wait.gave_up
     return dg.ExecuteInProcessResult(job_def=ephemeral, event_list=events,
                                      dagster_run=instance.get_run_by_id(run.run_id), output_capture={})
 
 
+class SlotWaitingExecutor(InProcessExecutor):
+    """Dagster's in-process executor (its `execute`, Dagster 1.13) whose steps claim pool slots through
+    SlotWaitingConcurrency."""
+
+    def __init__(self, slot_wait: SlotWait):
+        super().__init__(retries=RetryMode.ENABLED)
+        self.slot_wait = slot_wait
+
+    def execute(self, plan_context, execution_plan) -> Iterator[DagsterEvent]:
+        pid, step_keys = os.getpid(), execution_plan.step_keys_to_execute
+        # recovery.py finds the run's process by this event's pid: a run waiting for a slot is alive.
+        yield DagsterEvent.engine_event(plan_context, f"Executing steps in process (pid: {pid})",
+                                        event_specific_data=EngineEventData.in_process(pid, step_keys))
+        yield from ExecuteRunWithPlanIterable(
+            execution_plan=plan_context.execution_plan,
+            iterator=self.steps,
+            execution_context_manager=PlanExecutionContextManager(
+                job=plan_context.job, retry_mode=plan_context.retry_mode,
+                execution_plan=plan_context.execution_plan, run_config=plan_context.run_config,
+                dagster_run=plan_context.dagster_run, instance=plan_context.instance,
+                raise_on_error=plan_context.raise_on_error, output_capture=plan_context.output_capture,
+                step_dependency_config=self.step_dependency_config,
+            ),
+        )
+        yield DagsterEvent.engine_event(plan_context, f"Finished steps in process (pid: {pid})",
+                                        event_specific_data=EngineEventData.in_process(pid, step_keys))
+
+    def steps(self, job_context, execution_plan) -> Iterator[DagsterEvent]:
+        with SlotWaitingConcurrency(job_context.instance, job_context.dagster_run, self.slot_wait) as slots:
+            yield from inner_plan_execution_iterator(job_context, execution_plan, slots)
+
+
+class SlotWaitingConcurrency(InstanceConcurrencyContext):
+    """Dagster's pool slots of one run, except that a step refused a slot waits in SlotWait.wait (the in-process
+    executor runs one step at a time: there is nothing else to do meanwhile) and signals end the wait at once."""
+
+    def __init__(self, instance: dg.DagsterInstance, run: dg.DagsterRun, slot_wait: SlotWait):
+        super().__init__(instance, run)
+        self.instance, self.run, self.slot_wait = instance, run, slot_wait
+
+    def claim(self, concurrency_key: str, step_key: str, step_priority: int = 0) -> bool:
+        if super().claim(concurrency_key, step_key, step_priority):
+            return True
+
+        def try_claim() -> bool:
+            # Dagster's context re-asks the storage only after a back-off of up to 15 s: ask at SlotWait's pace.
+            self._pending_timeouts.pop(step_key, None)
+            return super(SlotWaitingConcurrency, self).claim(concurrency_key, step_key, step_priority)
+
+        self.instance.report_engine_event(f"Step {step_key} waits for a slot of the pool {concurrency_key}",
+                                          self.run, step_key=step_key)
+        try:
+            with signals_end_at_once():
+                self.slot_wait.wait(self.instance, self.run.run_id, concurrency_key, step_key, try_claim)
+        except KeyboardInterrupt:
+            # Failed here with the reason: Dagster then ends the run quietly (no traceback on the terminal).
+            self.instance.report_run_failed(self.run, f"interrupted (SIGINT/SIGTERM) while step {step_key} waited "
+                                                      f"for a slot of the pool {concurrency_key}")
+            raise
+        except SlotWaitTimeout as gave_up:
+            self.instance.report_run_failed(self.run, str(gave_up))
+            raise DagsterExecutionInterruptedError(str(gave_up)) from gave_up
+        return True
+
+
 _received = {"signal": None}
+
+
+def _interrupt(signum, _frame):
+    _received["signal"] = signum
+    raise KeyboardInterrupt
 
 
 def stop_on_signals() -> None:
     """SIGTERM stops a CLI run as Ctrl-C does. Dagster turns either into a failed step and a failed run (its
     writes are transactions or `.partial` files renamed at the end, so nothing half-written is published) and
     would carry on with `raise_on_error=False`; raise_if_interrupted then stops the command."""
-
-    def interrupt(signum, _frame):
-        _received["signal"] = signum
-        raise KeyboardInterrupt
-
     _received["signal"] = None
-    signal.signal(signal.SIGINT, interrupt)
-    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+@contextlib.contextmanager
+def signals_end_at_once() -> Iterator[None]:
+    """Inside a run Dagster only notes SIGINT / SIGTERM until the next step starts; a wait for a slot is no step,
+    so for its duration the handlers of stop_on_signals raise at once (also for a signal noted just before)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        if pop_captured_interrupt():
+            _interrupt(signal.SIGINT, None)
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
 
 
 def was_interrupted(result: dg.ExecuteInProcessResult) -> bool:

@@ -17,6 +17,7 @@ import dagster as dg
 
 from usl_assets.launch import console_log_config, execute_in_location, raise_if_interrupted
 from usl_assets.partitions import model_partitions, register_public_models
+from usl_assets.slot_wait import DEFAULT_WAIT_TIMEOUT_S, SlotWait
 
 
 @dataclass
@@ -59,9 +60,11 @@ def run_graph(
     only_partitions: list[str] | None = None,
     include_optional: bool = False,
     verbose: bool = False,
+    wait_timeout_s: float = DEFAULT_WAIT_TIMEOUT_S,
 ) -> list[PhaseResult]:
     """`op_config` maps an asset name to its config (e.g. smaller slices); each phase gets its own assets'.
-    `only_partitions` limits the model partitions materialized (all public models are registered either way)."""
+    `only_partitions` limits the model partitions materialized (all public models are registered either way).
+    `wait_timeout_s`: how long a step may wait for a pool slot another run holds (0: no limit)."""
     from usl_assets.definitions import build_definitions
 
     defs = build_definitions(resources)
@@ -69,7 +72,8 @@ def run_graph(
     before, partitioned, after = plan_phases(defs.resolve_asset_graph(), include_optional)
     data_root = defs.resources["data_dir"].root()
     run = lambda name, keys, extra, **kw: _execute(  # noqa: E731
-        job, instance, name, keys, extra, tags, log, _phase_config(op_config, keys, verbose), **kw)
+        job, instance, name, keys, extra, tags, log, _phase_config(op_config, keys, verbose),
+        SlotWait(wait_timeout_s, log), **kw)
     results = [run("upstream of the model partitions", before, {})]
     registered = register_public_models(instance, data_root)
     log(f"registered {len(registered)} model partitions")
@@ -121,11 +125,13 @@ class StepProgress:
                      f"{time.perf_counter() - self.started:,.0f} s)")
 
 
-def _execute(job, instance, name, keys, extra_tags, tags, log, run_config, partitions=0) -> PhaseResult:
+def _execute(job, instance, name, keys, extra_tags, tags, log, run_config, slot_wait,
+             partitions=0) -> PhaseResult:
     log(f"▶ {name}: {len(keys)} assets" + (f" × {partitions} partitions" if partitions else ""))
     started = time.perf_counter()
     result = execute_in_location(job, instance, run_config=run_config, asset_selection=keys,
-                                 tags={**(tags or {}), **extra_tags, PHASE_TAG: name}, on_event=StepProgress(log))
+                                 tags={**(tags or {}), **extra_tags, PHASE_TAG: name}, on_event=StepProgress(log),
+                                 slot_wait=slot_wait)
     seconds = time.perf_counter() - started
     raise_if_interrupted(result)
     if not result.success:

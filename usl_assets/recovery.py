@@ -5,7 +5,8 @@ Dagster frees a run's slots when the run ends; a run worker killed with SIGKILL 
 and keeps its slot. Dagster's run monitoring (daemon) catches runs that never start (`start_timeout_seconds`) and
 frees slots of ended runs (`free_slots_after_run_end_seconds`), but the default run launcher cannot check whether
 a started worker is alive, and `usl run` / `usl add-model` execute in process without a daemon. So at start-up
-these commands call `recover_dead_runs`:
+these commands call `recover_dead_runs`, and a step of theirs waiting for a pool slot calls it every few seconds
+on the runs holding that slot (slot_wait.py):
 
 - every run STARTED / STARTING / NOT_STARTED whose process is gone is reported failed (PIPELINE_FAILURE, with
   the reason) and its slots freed. Every executor and launcher logs an engine event with the pid of the process
@@ -20,7 +21,7 @@ On Kubernetes the k8s run launcher's worker health checks (run monitoring) do th
 """
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import dagster as dg
@@ -85,11 +86,15 @@ def dead_reason(instance: dg.DagsterInstance, record, now: float, start_timeout:
 
 
 def recover_dead_runs(instance: dg.DagsterInstance, start_timeout: float = START_TIMEOUT_SECONDS,
-                      now: float | None = None) -> list[CleanedRun]:
-    """Fails every dead in-flight run and frees the slots of every run that cannot use them; what was cleaned."""
+                      now: float | None = None, run_ids: Collection[str] | None = None) -> list[CleanedRun]:
+    """Fails every dead in-flight run and frees the slots of every run that cannot use them; what was cleaned.
+    `run_ids` limits the check to those runs (e.g. the holders of a slot)."""
+    if run_ids is not None and not run_ids:
+        return []
+    only = {} if run_ids is None else {"run_ids": list(run_ids)}
     now = time.time() if now is None else now
     cleaned = []
-    for record in instance.get_run_records(filters=dg.RunsFilter(statuses=IN_FLIGHT)):
+    for record in instance.get_run_records(filters=dg.RunsFilter(statuses=IN_FLIGHT, **only)):
         reason = dead_reason(instance, record, now, start_timeout)
         if reason is None:
             continue
@@ -100,6 +105,8 @@ def recover_dead_runs(instance: dg.DagsterInstance, start_timeout: float = START
     storage = instance.event_log_storage
     if storage.supports_global_concurrency_limits:
         holders = storage.get_concurrency_run_ids() - {c.run_id for c in cleaned}
+        if run_ids is not None:
+            holders &= set(run_ids)
         if holders:
             for record in instance.get_run_records(filters=dg.RunsFilter(run_ids=list(holders),
                                                                           statuses=FINISHED)):
@@ -115,9 +122,10 @@ def _free_slots(instance: dg.DagsterInstance, run_id: str) -> None:
         instance.event_log_storage.free_concurrency_slots_for_run(run_id)
 
 
-def recover_and_report(instance: dg.DagsterInstance, log: Callable[[str], None] = print) -> list[CleanedRun]:
+def recover_and_report(instance: dg.DagsterInstance, log: Callable[[str], None] = print,
+                       run_ids: Collection[str] | None = None) -> list[CleanedRun]:
     """recover_dead_runs, with one line per cleaned run (nothing printed when there was nothing to clean)."""
-    cleaned = recover_dead_runs(instance)
+    cleaned = recover_dead_runs(instance, run_ids=run_ids)
     for item in cleaned:
         log(f"crash recovery: {item.line()}")
     return cleaned

@@ -11,7 +11,12 @@ from pydantic import Field
 from usl_assets.leaderboards import audit_assets, incremental, ranking, validity
 from usl_assets.leaderboards.sql_models import GROUP, build_sql_models
 from usl_assets.resources import WAREHOUSE_POOL, DataDir, Warehouse
-from usl_assets.responses.sensors import ADDED_MODEL_TAG, IN_PROCESS_EXECUTION, REBUILD_LEADERBOARDS_TAG
+from usl_assets.responses.sensors import (
+    ADDED_MODEL_TAG,
+    AFTER_ADDED_MODEL_TAG,
+    IN_PROCESS_EXECUTION,
+    REBUILD_LEADERBOARDS_TAG,
+)
 
 sql_assets, sql_checks = build_sql_models()
 
@@ -379,7 +384,7 @@ def leaderboards_after_new_model(context: dg.RunStatusSensorContext):
         return dg.SkipReason(f"run {context.dagster_run.run_id} is not an inbox model's run (the leaderboards are "
                              "rebuilt by whoever ran it, e.g. `usl add-model`, or not at all)")
     return dg.RunRequest(run_key=f"leaderboards-after:{context.dagster_run.run_id}",
-                         run_config=IN_PROCESS_EXECUTION, tags={"usl/after_added_model": added})
+                         run_config=IN_PROCESS_EXECUTION, tags={AFTER_ADDED_MODEL_TAG: added})
 
 
 defs = dg.Definitions(

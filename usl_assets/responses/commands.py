@@ -15,7 +15,9 @@ from usl_assets.recovery import recover_and_report
 from usl_assets.resources import DataDir, UslHome, Warehouse
 from usl_assets.responses import inbox, pools, tables as response_tables
 from usl_assets.responses.assets import model_responses, partition_run_selection
+from usl_assets.responses.sensors import ADDED_MODEL_TAG, AFTER_ADDED_MODEL_TAG
 from usl_assets.settings import UslConfigError
+from usl_assets.slot_wait import DEFAULT_WAIT_TIMEOUT_S, SlotWait, add_wait_timeout_flag
 
 
 def add_parsers(subparsers: argparse._SubParsersAction) -> None:
@@ -40,6 +42,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
         help="do not rebuild the leaderboards afterwards (they read every model's rewards; by default they are "
              "rebuilt so the new model is ranked)",
     )
+    add_wait_timeout_flag(add)
     add_verbose_flag(add)
     add.set_defaults(handler=add_model)
 
@@ -65,7 +68,7 @@ def add_model(args: argparse.Namespace) -> int:
             instance.add_dynamic_partitions(model_partitions.name, [key])
             print(f"added partition {key}")
         result = materialize_partition(instance, key, responses_only=args.responses_only,
-                                       verbose=getattr(args, "verbose", False))
+                                       verbose=getattr(args, "verbose", False), wait_timeout_s=args.wait_timeout)
     summary = response_tables.partition_summary(Warehouse(), pool, validated.model)
     print(f"run {result.run_id}: materialized {', '.join(k.to_user_string() for k in result_keys(result))} "
           f"for {key} in {time.perf_counter() - started:.1f}s")
@@ -74,7 +77,8 @@ def add_model(args: argparse.Namespace) -> int:
     if not (args.responses_only or args.no_leaderboards):
         rebuild_started = time.perf_counter()
         with open_instance() as instance:
-            run_id = rebuild_leaderboards(instance, key, verbose=getattr(args, "verbose", False))
+            run_id = rebuild_leaderboards(instance, key, verbose=getattr(args, "verbose", False),
+                                          wait_timeout_s=args.wait_timeout)
         print(f"run {run_id}: leaderboards rebuilt with {key} in {time.perf_counter() - rebuild_started:.1f}s "
               "(published copy updated)")
     return 0
@@ -95,13 +99,15 @@ def reference_models() -> dict[str, str]:
     return dict(DEFAULT_REFERENCE_MODELS)
 
 
-def rebuild_leaderboards(instance: dg.DagsterInstance, key: str, verbose: bool = False) -> str:
+def rebuild_leaderboards(instance: dg.DagsterInstance, key: str, verbose: bool = False,
+                         wait_timeout_s: float = DEFAULT_WAIT_TIMEOUT_S) -> str:
     """leaderboards_after_model_job (unpartitioned: it reads every model's rewards, scores only the new model's
     rankings and leaves Bradley–Terry for leaderboards_job), as the run-status sensor does."""
     from usl_assets.definitions import defs
 
     result = execute_in_location(defs.resolve_job_def("leaderboards_after_model_job"), instance,
-                                 run_config=console_log_config(verbose), tags={"usl/after_added_model": key})
+                                 run_config=console_log_config(verbose), tags={AFTER_ADDED_MODEL_TAG: key},
+                                 slot_wait=SlotWait(wait_timeout_s))
     raise_if_interrupted(result)
     if not result.success:
         raise UslConfigError(f"leaderboards run {result.run_id} failed after adding {key}: see its log in the UI")
@@ -109,14 +115,15 @@ def rebuild_leaderboards(instance: dg.DagsterInstance, key: str, verbose: bool =
 
 
 def materialize_partition(instance: dg.DagsterInstance, key: str, responses_only: bool = False,
-                          verbose: bool = False):
+                          verbose: bool = False, wait_timeout_s: float = DEFAULT_WAIT_TIMEOUT_S):
     """Runs model_responses (and, unless responses_only, its model-partitioned downstream assets) for one key."""
     from usl_assets.definitions import defs  # the whole code location, loaded only when a run is asked for
 
     selection = [model_responses.key] if responses_only else partition_run_selection(defs.resolve_asset_graph())
     job = defs.resolve_implicit_global_asset_job_def()
     result = execute_in_location(job, instance, run_config=console_log_config(verbose), partition_key=key,
-                                 asset_selection=selection, tags={"usl/added_model": key})
+                                 asset_selection=selection, tags={ADDED_MODEL_TAG: key},
+                                 slot_wait=SlotWait(wait_timeout_s))
     raise_if_interrupted(result)
     if not result.success:
         failure = next((e for e in result.all_events if e.is_step_failure), None)

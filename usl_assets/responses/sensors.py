@@ -23,6 +23,7 @@ INBOX_POOL = "inbox"  # intake runs one at a time: two files naming one model ne
 ACCEPTED_TAG = "usl/accepted_model"  # set by the intake run on itself: the partition key it accepted
 SHA256_TAG = "usl/file_sha256"
 ADDED_MODEL_TAG = "usl/added_model"  # a run that loads one new model's partition (inbox or `usl add-model`)
+AFTER_ADDED_MODEL_TAG = "usl/after_added_model"  # the leaderboards run that ranks it (the sensor or `usl add-model`)
 # The leaderboards follow this partition run (run-status sensor leaderboards_after_new_model).
 REBUILD_LEADERBOARDS_TAG = "usl/rebuild_leaderboards"
 # Runs the daemon launches use the multiprocess executor. By default it starts a fresh interpreter per step, each
