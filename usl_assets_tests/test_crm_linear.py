@@ -63,8 +63,15 @@ def test_flipping_the_criteria_flips_the_preference_between_a_short_and_a_long_a
     scorer = load_scorer(result.checkpoint_dir)
     prompt = "Explain what a hash table is."
     short = "A hash table maps keys to values by hashing each key to a bucket."
-    long = " ".join([short] + ["It handles collisions with chaining or open addressing, resizes when the load "
-                               "factor grows, and gives average constant-time lookups."] * 6)
+    # Every added sentence is about the prompt's hash table and says something new: a sentence tied to nothing in
+    # the prompt, or one repeated, is filler the reward never pays for (crm/relevance.py).
+    long = " ".join([short] + [f"A hash table {detail}." for detail in (
+        "handles key collisions with chaining or open addressing",
+        "resizes its bucket array when the load factor grows past a threshold",
+        "gives average constant-time lookups, inserts and deletes",
+        "needs a hash function that spreads keys evenly over the buckets",
+        "degrades to linear-time lookups when many keys land in one bucket",
+        "keeps no order among its keys, unlike a balanced search tree")])
     rewards = scorer.score([ScoreItem(prompt, short, BRIEF), ScoreItem(prompt, long, BRIEF),
                             ScoreItem(prompt, short, THOROUGH), ScoreItem(prompt, long, THOROUGH)])
     assert rewards[0] > rewards[1] and rewards[3] > rewards[2]
