@@ -148,20 +148,14 @@ def run_origin(tags: dict[str, str]) -> str:
     from usl_assets.pipeline import PHASE_TAG  # pipeline imports launch.py, which imports this module
     from usl_assets.responses.sensors import ADDED_MODEL_TAG, AFTER_ADDED_MODEL_TAG
 
-    if PARENT_RUN_TAG in tags:  # a re-execution keeps its parent's tags: say so first
-        return f"a re-execution of run {tags[PARENT_RUN_TAG]} (Dagster UI)"
-    if BACKFILL_TAG in tags:
-        return f"backfill {tags[BACKFILL_TAG]} (Dagster UI)"
-    if SENSOR_TAG in tags:
-        return f"the sensor {tags[SENSOR_TAG]}"
-    if SCHEDULE_TAG in tags:
-        return f"the schedule {tags[SCHEDULE_TAG]}"
-    if PHASE_TAG in tags:
-        return f"`usl run` (phase {tags[PHASE_TAG]})"
-    if ADDED_MODEL_TAG in tags:
-        return f"`usl add-model` ({tags[ADDED_MODEL_TAG]})"
-    if AFTER_ADDED_MODEL_TAG in tags:
-        return f"`usl add-model` (the leaderboards after {tags[AFTER_ADDED_MODEL_TAG]})"
+    # In order: a re-execution keeps its parent's tags, so it is named first.
+    origins = ((PARENT_RUN_TAG, "a re-execution of run {} (Dagster UI)"), (BACKFILL_TAG, "backfill {} (Dagster UI)"),
+               (SENSOR_TAG, "the sensor {}"), (SCHEDULE_TAG, "the schedule {}"), (PHASE_TAG, "`usl run` (phase {})"),
+               (ADDED_MODEL_TAG, "`usl add-model` ({})"),
+               (AFTER_ADDED_MODEL_TAG, "`usl add-model` (the leaderboards after {})"))
+    for tag, text in origins:
+        if tag in tags:
+            return text.format(tags[tag])
     return "the Dagster UI (or another Dagster client)"
 
 
