@@ -143,9 +143,12 @@ def _execute(job, instance, name, keys, extra_tags, tags, log, run_config, slot_
 
 
 def phase_figures(result: dg.ExecuteInProcessResult, partitions: int, seconds: float) -> str:
-    """`N materializations, passed/total checks passed in S s` (+ seconds per partition)."""
+    """`N materializations, passed/total checks passed in S s` (+ seconds per partition), then the checks that
+    did not pass, by name (a warning check does not stop the run, so the terminal is where it is seen)."""
     materialized = len(result.get_asset_materialization_events())
     checks = result.get_asset_check_evaluations()
     passed = sum(check.passed for check in checks)
     rate = f", {seconds / partitions:.1f} s per partition" if partitions else ""
-    return f"{materialized} materializations, {passed}/{len(checks)} checks passed in {seconds:,.0f} s{rate}"
+    failed = sorted({check.check_name for check in checks if not check.passed})
+    named = f"; not passed: {', '.join(failed)}" if failed else ""
+    return f"{materialized} materializations, {passed}/{len(checks)} checks passed in {seconds:,.0f} s{rate}{named}"

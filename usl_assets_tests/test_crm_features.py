@@ -77,6 +77,10 @@ def test_preamble_sentences_and_direct_opening():
         assert response_counts(direct)["preamble_sentences"] == 0, direct
         assert response_features(direct)["direct_opening"] == 1.0
     assert response_features("Certainly! Paris.")["direct_opening"] == 0.0
+    # a title over a preamble is not a direct opening (padding puts a heading first)
+    assert response_counts("### In-Depth Analysis\n\nSure! Paris is the capital.")["preamble_sentences"] == 1
+    assert response_features("## Title\n# Subtitle\nCertainly! Paris.")["direct_opening"] == 0.0
+    assert response_features("## Capitals\nParis is the capital.")["direct_opening"] == 1.0
 
 
 def test_plain_prose_has_no_structure():

@@ -143,3 +143,22 @@ def test_no_chain_of_support_goes_through_the_words_every_answer_uses():
     common = relevance.common_stems([ANSWER, filler, "There is time.", "Time flies.", "Nothing here at all."], 0.5)
     assert common == frozenset({"time"})
     assert relevance.supported_text(PROMPT, f"{ANSWER} {filler}", common).strip() == ANSWER
+
+
+def test_a_recipe_s_steps_between_two_sentences_on_the_prompt_stay_and_filler_around_them_goes():
+    prompt = "Can you give me a recipe for a Somali dish?"
+    steps = ("Mix the flour with water until the batter is smooth. Leave the batter covered overnight to ferment. "
+             "Heat a pan and pour a ladle of batter thinly.")
+    answer = f"Canjeero is a Somali dish, a thin pancake. Here is a recipe:\n{steps}\nServe this dish warm with tea."
+    assert relevance.supported_text(prompt, answer) == answer  # the steps share no word with the prompt
+    filler = "Experts agree that a thoughtful perspective brings benefits in the long run."
+    assert relevance.supported_text(prompt, f"{filler}\n{answer}\n{filler}").strip() == answer
+
+
+def test_a_prompt_word_every_answer_uses_anchors_no_filler():
+    prompt = "Which movie is the most important one of the decade?"
+    answer = "Parasite is the movie of the decade for many critics. Bong Joon-ho shot Parasite in Korea."
+    filler = "It is important to weigh every factor thoughtfully and openly."  # shares "important" with the prompt
+    assert relevance.supported_text(prompt, f"{answer} {filler}").strip() == answer + " " + filler
+    common = frozenset({"impor"})
+    assert relevance.supported_text(prompt, f"{answer} {filler}", common).strip() == answer

@@ -8,7 +8,7 @@ import duckdb
 from usl_assets import warehouse_docs
 from usl_assets.cli import main
 from usl_assets.crm.assets import CrmSettings
-from usl_assets.pipeline import PHASE_TAG, plan_phases, run_graph
+from usl_assets.pipeline import PHASE_TAG, phase_figures, plan_phases, run_graph
 from usl_assets_tests.conftest import REPO_ROOT
 from usl_assets_tests.test_crm_assets import assert_evaluation_figures
 
@@ -29,6 +29,23 @@ def tiny_crm_settings(tiny_backbone) -> CrmSettings:
                        max_minutes=10.0, batch_size=4, head_epochs=2, checkpoint_every=2, max_train_pairs=48,
                        eval_pairs_per_split=8, eval_pairs_per_judged_model=4, base_model_pairs_per_split=4,
                        linear_iterations=30)
+
+
+def test_a_phase_s_line_names_the_checks_that_did_not_pass():
+    @dg.asset
+    def numbers() -> int:
+        return 3
+
+    @dg.asset_check(asset=numbers)
+    def numbers_positive() -> dg.AssetCheckResult:
+        return dg.AssetCheckResult(passed=True)
+
+    @dg.asset_check(asset=numbers)
+    def numbers_even() -> dg.AssetCheckResult:
+        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN)
+
+    result = dg.materialize([numbers, numbers_positive, numbers_even])
+    assert phase_figures(result, 0, 2.0) == "1 materializations, 1/2 checks passed in 2 s; not passed: numbers_even"
 
 
 def test_plan_puts_every_asset_in_exactly_one_phase():

@@ -126,8 +126,11 @@ def _informal_markers(prose: str, lower: str) -> int:
 
 
 def _preamble_sentences(prose: str, most: int = 3) -> int:
-    """How many of the opening sentences (up to `most`) are preamble before the answer starts."""
+    """How many of the opening sentences (up to `most`) are preamble before the answer starts. Leading heading
+    lines are not the opening: a title put over a preamble leaves it a preamble."""
     found, rest = 0, prose.lstrip()
+    while HEADING_LINE.match(rest):
+        rest = rest.split("\n", 1)[1].lstrip() if "\n" in rest else ""
     while found < most and rest:
         sentence = _OPENING_SENTENCE.match(rest).group(0)
         if not sentence or not _PREAMBLE.match(sentence):

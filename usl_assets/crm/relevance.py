@@ -116,10 +116,12 @@ def common_stems(texts: list[str], share: float = COMMON_STEM_SHARE) -> frozense
 
 
 def _support(prompt: str, answer: str, common: frozenset = frozenset()) -> _Support:
-    """The answer's words found once. A sentence is supported when it shares a stem with the prompt or, through a
-    chain of shared stems other than the `common` ones, with a sentence that does (a prompt with no content word:
-    the largest group of sentences is the answer). A repeat restates one earlier sentence: all its stems but
-    REPEAT_SLACK are in it, and at least REPEAT_SHARED."""
+    """The answer's words found once. A sentence is supported when it shares a stem other than the `common` ones
+    with the prompt or, through a chain of such stems, with a sentence that does (a prompt with no such word: the
+    largest group of sentences is the answer), or when it stands between two sentences that share such a stem with
+    the prompt and restate nothing (a recipe's steps under its title: padding wraps an answer, it does not
+    interleave with it; a chain is not enough, filler can chain through a bullet's bold label). A repeat
+    restates one earlier sentence: all its stems but REPEAT_SLACK are in it, and at least REPEAT_SHARED."""
     prompt_counts, prompt_set = _prompt_stems(prompt)
     texts = _SENTENCE.split(_FENCED.sub(" ", answer))
     sentences = [stems(s) for s in texts]
@@ -131,10 +133,15 @@ def _support(prompt: str, answer: str, common: frozenset = frozenset()) -> _Supp
     if len(long_ones) < 2:
         return _Support(relevance, len(long_ones), [], repeats)
     groups = _components([stem_set - common for _, stem_set in long_ones])
-    anchored = {group for group, (_, stem_set) in zip(groups, long_ones) if stem_set & prompt_set}
+    anchors = prompt_set - common
+    anchored = {group for group, (_, stem_set) in zip(groups, long_ones) if stem_set & anchors}
     if not anchored:
         anchored = {Counter(groups).most_common(1)[0][0]}
-    unsupported = [(text, stem_set) for group, (text, stem_set) in zip(groups, long_ones) if group not in anchored]
+    repeated = set(repeats)
+    inside = [i for i, (text, stem_set) in enumerate(long_ones) if stem_set & anchors and text not in repeated]
+    first, last = (inside[0], inside[-1]) if inside else (len(long_ones), -1)
+    unsupported = [(text, stem_set) for i, (group, (text, stem_set)) in enumerate(zip(groups, long_ones))
+                   if group not in anchored and not first < i < last]
     return _Support(relevance, len(long_ones), unsupported, repeats)
 
 

@@ -116,9 +116,10 @@ def bradley_terry_ratings(context: dg.AssetExecutionContext, config: RankingConf
     started = time.perf_counter()
     context.log.info(f"fitting Bradley–Terry on {len(pairs):,} model pairs")
 
-    def progress(done: int, total: int) -> None:
+    def progress(done: int, total: int, pairs_done: int) -> None:
         elapsed = time.perf_counter() - started
-        context.log.info(f"fitted {done}/{total} pool × profile slices ({elapsed:.1f} s, {done / elapsed:.2f}/s)")
+        context.log.info(f"fitted {done}/{total} pool × profile slices, every topic ({elapsed:.1f} s, "
+                         f"{pairs_done / elapsed:,.0f} model pairs/s)")
 
     table = ranking.bradley_terry_table(pairs, settings, progress=progress)
     warehouse.replace_table("leaderboard.bradley_terry", table, "Bradley–Terry ratings with 95% intervals")

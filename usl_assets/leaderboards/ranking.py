@@ -6,8 +6,9 @@ numpy/pandas so the CLI and the assets rank the same way.
 
 - USL score (the paper's): per prompt, does the model's response beat the pool's reference model's response
   under the profile (1 win, 0.5 equal reward, 0 loss); the score is the mean in percent.
-- Bradley–Terry: every pair of models on every prompt is one comparison; choix fits the strengths, reported on
-  the Elo scale Chatbot Arena uses (400 points = 10:1 odds, mean 1000).
+- Bradley–Terry: every pair of models on every prompt is one comparison; the strengths are fitted by choix's
+  iterative Luce spectral ranking, every bootstrap resample at once, and reported on the Elo scale Chatbot Arena
+  uses (400 points = 10:1 odds, mean 1000).
 - Intervals: percentile bootstrap over prompts (resample prompts with replacement, seeded).
 - Rank: 1 + the number of models whose ci_low is above this model's ci_high (Chatbot Arena's rule), so models
   whose intervals overlap share a rank.
@@ -16,13 +17,14 @@ numpy/pandas so the CLI and the assets rank the same way.
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import choix
 import numpy as np
 import pandas as pd
 
 ELO_SCALE = 400 / np.log(10)
 ELO_BASE = 1000.0
 BT_REGULARIZATION = 0.01  # choix's alpha: keeps the fit finite when a model wins or loses every comparison
+RANK_TOLERANCE = 1e-6  # score units (percent, Elo)
+BT_TOLERANCE, BT_MAX_ITERATIONS = 1e-8, 500  # choix's stopping rule: mean |change| of the log-strengths
 
 RANKING_COLUMNS = [
     "pool", "level", "scenario", "profile", "model", "method", "score", "ci_low", "ci_high", "rank", "n_prompts",
@@ -59,9 +61,11 @@ def interval(samples: np.ndarray, confidence: float) -> tuple[np.ndarray, np.nda
 
 
 def overlap_ranks(ci_low: np.ndarray, ci_high: np.ndarray) -> np.ndarray:
-    """1 + number of items whose ci_low exceeds this item's ci_high (ties where intervals overlap)."""
+    """1 + number of items whose ci_low exceeds this item's ci_high (ties where intervals overlap). Intervals that
+    touch to within RANK_TOLERANCE overlap: a topic of one prompt gives many equal ends, and which of two equal
+    ends is larger must not depend on rounding in the fit."""
     ci_low, ci_high = np.asarray(ci_low, float), np.asarray(ci_high, float)
-    return 1 + (ci_low[None, :] > ci_high[:, None]).sum(axis=1)
+    return 1 + (ci_low[None, :] > ci_high[:, None] + RANK_TOLERANCE).sum(axis=1)
 
 
 def prompt_table(rows: pd.DataFrame, values: str, prompts: list | None) -> pd.DataFrame:
@@ -121,8 +125,37 @@ def per_prompt_win_matrices(pairs: pd.DataFrame, models: list[str]) -> tuple[np.
 
 def fit_bradley_terry(wins: np.ndarray, initial: np.ndarray | None = None) -> np.ndarray:
     """Elo-scale ratings from a models × models matrix of (possibly fractional) win counts."""
-    strengths = choix.ilsr_pairwise_dense(wins, alpha=BT_REGULARIZATION, initial_params=initial, max_iter=500)
-    return ELO_BASE + ELO_SCALE * (strengths - strengths.mean())
+    return fit_bradley_terry_batch(wins[None], initial)[0]
+
+
+def fit_bradley_terry_batch(wins: np.ndarray, initial: np.ndarray | None = None) -> np.ndarray:
+    """Elo-scale ratings for a stack of win matrices (batch × models × models), all fitted at once: choix's
+    iterative Luce spectral ranking (`ilsr_pairwise_dense`: the same chain, alpha and stopping rule), where each
+    iteration is one batched linear solve for the chains' stationary distributions instead of a loop over the
+    stack. `initial`: log-strengths to start every fit from (the point estimate, for bootstrap resamples)."""
+    batch, n, _ = wins.shape
+    start = np.zeros(n) if initial is None else np.asarray(initial, float) - np.mean(initial)
+    params = np.tile(start, (batch, 1))
+    previous = np.full_like(params, np.nan)  # choix's test compares two iterates: the start is not one
+    losses = wins.transpose(0, 2, 1)
+    todo = np.arange(batch)
+    for _ in range(BT_MAX_ITERATIONS):
+        weights = np.exp(params[todo])
+        weights *= n / weights.sum(axis=1, keepdims=True)
+        chain = BT_REGULARIZATION + losses[todo] / (weights[:, :, None] + weights[:, None, :])
+        chain[:, np.arange(n), np.arange(n)] = 0.0
+        chain[:, np.arange(n), np.arange(n)] = -chain.sum(axis=2)
+        system = chain.transpose(0, 2, 1).copy()  # stationary π: πᵀ·chain = 0, with Σπ = n in place of the last row
+        system[:, -1, :] = 1.0
+        stationary = np.linalg.solve(system, np.broadcast_to(np.eye(n)[-1] * n, (len(todo), n))[..., None])[..., 0]
+        found = np.log(stationary)
+        found -= found.mean(axis=1, keepdims=True)
+        done = np.abs(found - previous[todo]).sum(axis=1) <= BT_TOLERANCE * n
+        params[todo], previous[todo] = found, found
+        todo = todo[~done]
+        if not len(todo):
+            return ELO_BASE + ELO_SCALE * params
+    raise RuntimeError(f"Bradley–Terry did not converge in {BT_MAX_ITERATIONS} iterations for {len(todo)} fits")
 
 
 def bradley_terry_scores(pairs: pd.DataFrame, settings: BootstrapSettings, rng: np.random.Generator) -> pd.DataFrame:
@@ -136,7 +169,7 @@ def bradley_terry_scores(pairs: pd.DataFrame, settings: BootstrapSettings, rng: 
     start = (point - ELO_BASE) / ELO_SCALE
     weights = bootstrap_weights(len(matrices), settings.bt_rounds, rng)
     resampled = np.tensordot(weights, matrices, axes=(1, 0))
-    samples = np.stack([fit_bradley_terry(wins, initial=start) for wins in resampled])
+    samples = fit_bradley_terry_batch(resampled, initial=start)
     low, high = interval(samples, settings.confidence)
     appears = (matrices.sum(axis=2) + matrices.sum(axis=1)) > 0
     return pd.DataFrame({
@@ -178,20 +211,21 @@ def score_method(method: str, rows: pd.DataFrame, settings: BootstrapSettings, r
 def bradley_terry_table(pairs: pd.DataFrame, settings: BootstrapSettings, progress=None) -> pd.DataFrame:
     """leaderboard.bradley_terry: the Bradley–Terry rows of leaderboard.rankings, every pool × profile × topic.
 
-    pairs: pool, profile, prompt_id, scenario, scenario_group, model_a, model_b, a_score. `progress(done, total)`
-    after each pool × profile, if given. Each slice's bootstrap is seeded by its own key (pool, profile, topic).
+    pairs: pool, profile, prompt_id, scenario, scenario_group, model_a, model_b, a_score. `progress(done, total,
+    pairs_done)` after each pool × profile, if given. Each slice's bootstrap is seeded by its own key (pool, profile, topic).
     The per-model methods are leaderboards/incremental.py's."""
-    parts = []
+    parts, pairs_done = [], 0
     slices = sorted(set(map(tuple, pairs[["pool", "profile"]].drop_duplicates().to_numpy())))
     for done, (pool, profile) in enumerate(slices, start=1):
         pair_rows = pairs[(pairs["pool"] == pool) & (pairs["profile"] == profile)]
+        pairs_done += len(pair_rows)
         for level, topic, rows in topics(pair_rows):
             rng = slice_rng(settings, pool, profile, "bradley_terry", level, topic)
             scores = bradley_terry_scores(rows, settings, rng)
             parts.append(with_ranks(scores).assign(pool=pool, profile=profile, level=level, scenario=topic,
                                                    method="bradley_terry"))
         if progress:
-            progress(done, len(slices))
+            progress(done, len(slices), pairs_done)
     if not parts:
         return empty_rankings()
     return pd.concat(parts, ignore_index=True)[RANKING_COLUMNS]
