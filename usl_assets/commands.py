@@ -8,7 +8,7 @@ import dagster as dg
 from usl_assets.instance import open_instance
 from usl_assets.launch import add_verbose_flag
 from usl_assets.leaderboards.ranking import DEFAULT_METHOD
-from usl_assets.pipeline import OPTIONAL_TAG
+from usl_assets.pipeline import OPTIONAL_TAG, cpu_share
 from usl_assets.recovery import recover_and_report
 from usl_assets.resources import Warehouse
 from usl_assets.settings import data_dir, usl_home
@@ -147,7 +147,8 @@ def run_everything(args: argparse.Namespace) -> int:
         except RuntimeError as failure:
             print(f"usl: error: {failure}", file=sys.stderr)
             return 1
-    print(f"\ndone in {sum(p.seconds for p in phases):,.0f} s; Dagster home: {instance.root_directory}")
+    wall, cpu = sum(p.seconds for p in phases), sum(p.cpu_seconds for p in phases)
+    print(f"\ndone in {wall:,.0f} s ({cpu_share(cpu, wall)}); Dagster home: {instance.root_directory}")
     print(f"warehouse (Dagster writes it): {warehouse.database_path()}")
     print(f"published copy for analysts:   {warehouse.published_path()}")
     print_summary(warehouse)

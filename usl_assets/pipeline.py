@@ -9,6 +9,7 @@ The terminal gets progress lines (a line per finished step: counts and elapsed t
 `verbose` adds Dagster's own log.
 """
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,19 @@ class PhaseResult:
     partitions: int
     seconds: float
     run_id: str
+    cpu_seconds: float = 0.0  # this process's CPU time (user + system) in the phase, steps run in it included
+
+
+def cpu_seconds() -> float:
+    """User + system CPU time of this process and its waited-for children so far."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def cpu_share(cpu: float, wall: float) -> str:
+    """`CPU 412 s, 0.71 of 2 cores`: how much of the machine a phase kept busy."""
+    cores = os.cpu_count() or 1
+    return f"CPU {cpu:,.0f} s, {cpu / max(wall, 1e-9) / cores:.2f} of {cores} cores"
 
 
 OPTIONAL_TAG = "usl/optional"  # e.g. the LoRA CRMs: left out unless `include_optional`
@@ -128,18 +142,18 @@ class StepProgress:
 def _execute(job, instance, name, keys, extra_tags, tags, log, run_config, slot_wait,
              partitions=0) -> PhaseResult:
     log(f"▶ {name}: {len(keys)} assets" + (f" × {partitions} partitions" if partitions else ""))
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), cpu_seconds()
     result = execute_in_location(job, instance, run_config=run_config, asset_selection=keys,
                                  tags={**(tags or {}), **extra_tags, PHASE_TAG: name}, on_event=StepProgress(log),
                                  slot_wait=slot_wait)
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu_started
     raise_if_interrupted(result)
     if not result.success:
         failed = [event.step_key for event in result.all_events if event.is_step_failure]
         raise RuntimeError(f"{name} failed in step(s) {', '.join(failed) or '?'} (run {result.run_id}); "
                            f"see `make ui` → Runs for the logs")
-    log(f"✔ {name}: {phase_figures(result, partitions, seconds)} (run {result.run_id})")
-    return PhaseResult(name, len(keys), partitions, seconds, result.run_id)
+    log(f"✔ {name}: {phase_figures(result, partitions, seconds)}; {cpu_share(cpu, seconds)} (run {result.run_id})")
+    return PhaseResult(name, len(keys), partitions, seconds, result.run_id, cpu)
 
 
 def phase_figures(result: dg.ExecuteInProcessResult, partitions: int, seconds: float) -> str:

@@ -164,3 +164,14 @@ def test_degeneration_matrix_rows_follow_their_prompts():
     assert matrix[0, 1] == 1.0 and matrix[1, 1] == 0.0
     missed = DEGENERATION_FEATURES.index("prompt_terms_missed")
     assert matrix[0, missed] == 0.0 and matrix[1, missed] == 1.0
+
+
+def test_filler_around_an_echo_does_not_dilute_its_copy_share():
+    prompt, echo = "say hi to the whole team today", "say hi to the whole team today"
+    padded = f"{echo}\nMany factors matter and every one deserves careful attention.\nDone it is, all told."
+    copy = DEGENERATION_FEATURES.index("prompt_copy_share")
+    assert degeneration_matrix([prompt], [padded])[0, copy] < 0.5  # read on the answer, the filler dilutes it
+    found = degeneration_matrix([prompt], [padded], [echo])[0]  # the view: the answer without its filler
+    assert found[copy] == 1.0
+    words = DEGENERATION_FEATURES.index("repeated_word_share")
+    assert found[words] == degeneration_matrix([prompt], [padded])[0, words]  # repeats still read the answer

@@ -162,3 +162,12 @@ def test_a_prompt_word_every_answer_uses_anchors_no_filler():
     assert relevance.supported_text(prompt, f"{answer} {filler}").strip() == answer + " " + filler
     common = frozenset({"impor"})
     assert relevance.supported_text(prompt, f"{answer} {filler}", common).strip() == answer
+
+
+def test_a_heading_that_names_nothing_of_prompt_or_answer_leaves_the_view_and_code_comments_stay():
+    generic = f"### In-Depth Analysis\n\n{ANSWER}"
+    assert relevance.supported_text(PROMPT, generic).strip() == ANSWER
+    topical = f"### Hash tables in short\n\n{ANSWER}"
+    assert relevance.supported_text(PROMPT, topical) == topical
+    coded = f"{ANSWER}\n```python\n# Buckets\n# Keys\nbuckets = [[] for _ in range(8)]\n```"
+    assert relevance.supported_text(PROMPT, coded) == coded

@@ -8,7 +8,7 @@ import duckdb
 from usl_assets import warehouse_docs
 from usl_assets.cli import main
 from usl_assets.crm.assets import CrmSettings
-from usl_assets.pipeline import PHASE_TAG, phase_figures, plan_phases, run_graph
+from usl_assets.pipeline import PHASE_TAG, cpu_share, phase_figures, plan_phases, run_graph
 from usl_assets_tests.conftest import REPO_ROOT
 from usl_assets_tests.test_crm_assets import assert_evaluation_figures
 
@@ -48,6 +48,11 @@ def test_a_phase_s_line_names_the_checks_that_did_not_pass():
     assert phase_figures(result, 0, 2.0) == "1 materializations, 1/2 checks passed in 2 s; not passed: numbers_even"
 
 
+def test_a_phase_s_cpu_share_is_its_cpu_time_over_wall_time_and_cores(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert cpu_share(412.0, 290.0) == "CPU 412 s, 0.71 of 2 cores"
+
+
 def test_plan_puts_every_asset_in_exactly_one_phase():
     from usl_assets.definitions import defs
 
@@ -72,6 +77,7 @@ def test_whole_graph_end_to_end(usl_env, tiny_backbone, tmp_path, monkeypatch, c
                            log=lambda line: None)
         assert phases[0].name == "upstream of the model partitions" and phases[-1].name == "leaderboards"
         assert sum(p.partitions for p in phases) == len(MODELS)
+        assert all(p.cpu_seconds > 0 for p in phases)  # each phase's steps ran in this process, or were waited for
         from usl_assets.definitions import defs
 
         optional = {"crm_cross", "crm_factorized", "crm_backbone_smollm2"}  # `usl run --neural-crm`

@@ -324,14 +324,19 @@ def prompt_terms_missed(prompt: object, text: object) -> float:
     return _terms_missed(as_text(prompt), _words(as_text(text)))
 
 
-def _degeneration_row(prompt: object, text: object) -> tuple[float, ...]:
-    """DEGENERATION_FEATURES of one answer, its words found once."""
+def _degeneration_row(prompt: object, text: object, view: object) -> tuple[float, ...]:
+    """DEGENERATION_FEATURES of one answer, its words found once: repeats read the answer, what it takes from the
+    prompt reads `view` (the answer without filler: filler around an echo would dilute its copy share)."""
     prompt, text = as_text(prompt), as_text(text)
     words = _words(text)
-    return _line_share(text), _copy_share(prompt, words), _window_repeats(words), _terms_missed(prompt, words)
+    view_words = words if view is None else _words(as_text(view))
+    return (_line_share(text), _copy_share(prompt, view_words), _window_repeats(words),
+            _terms_missed(prompt, view_words))
 
 
-def degeneration_matrix(prompts: list, texts: list) -> np.ndarray:
-    """One float32 row per (prompt, answer), columns in DEGENERATION_FEATURES order."""
-    rows = [_degeneration_row(prompt, text) for prompt, text in zip(prompts, texts)]
+def degeneration_matrix(prompts: list, texts: list, views: list | None = None) -> np.ndarray:
+    """One float32 row per (prompt, answer), columns in DEGENERATION_FEATURES order. `views`: each answer's
+    supported text (crm/relevance.py), read for the prompt copy and the prompt terms missed."""
+    views = [None] * len(texts) if views is None else views
+    rows = [_degeneration_row(prompt, text, view) for prompt, text, view in zip(prompts, texts, views)]
     return np.asarray(rows, dtype=np.float32).reshape(len(rows), len(DEGENERATION_FEATURES))

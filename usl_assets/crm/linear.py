@@ -122,10 +122,11 @@ def raw_features(prompts: list[str], texts: list[str], graded: np.ndarray, suppo
     """The ROW_FEATURES of each answer, unscaled (the one place their column order is written), and what the
     n-grams and FEATURE_NAMES read: with `supported_view`, what of each answer adds something
     (crm/relevance.supported_text: no filler, restatements or empty headings), else the answers. `graded`: the
-    GRADED_FEATURES columns (zeros where there are no graded answers). The degeneration and relevance features read
-    the answers themselves. common: the stems no chain of support goes through."""
+    GRADED_FEATURES columns (zeros where there are no graded answers). The degeneration features read the answers'
+    repeats and the view's prompt copy and prompt terms (filler would dilute an echo's copy share); the relevance
+    features read the answers themselves. common: the stems no chain of support goes through."""
     relevance, views = relevance_and_views(prompts, texts, supported_view, common)
-    return np.concatenate([feature_matrix(views), degeneration_matrix(prompts, texts), relevance,
+    return np.concatenate([feature_matrix(views), degeneration_matrix(prompts, texts, views), relevance,
                            np.asarray(graded).reshape(-1, len(GRADED_FEATURES))], axis=1), views
 
 

@@ -106,6 +106,8 @@ class _Support:
     sentences: int  # prose sentences of 3+ content stems
     unsupported: list[tuple[str, set]]  # those tied to nothing: text, stems
     repeats: list[str]  # those restating an earlier one
+    anchors: frozenset = frozenset()  # the prompt's stems, the common ones aside
+    common: frozenset = frozenset()  # the stems no chain goes through
 
 
 def common_stems(texts: list[str], share: float = COMMON_STEM_SHARE) -> frozenset:
@@ -130,10 +132,10 @@ def _support(prompt: str, answer: str, common: frozenset = frozenset()) -> _Supp
     repeats = [text for i, (text, stem_set) in enumerate(long_ones)
                if any(len(stem_set - earlier) <= REPEAT_SLACK < len(stem_set)
                       and len(stem_set & earlier) >= REPEAT_SHARED for _, earlier in long_ones[:i])]
-    if len(long_ones) < 2:
-        return _Support(relevance, len(long_ones), [], repeats)
-    groups = _components([stem_set - common for _, stem_set in long_ones])
     anchors = prompt_set - common
+    if len(long_ones) < 2:
+        return _Support(relevance, len(long_ones), [], repeats, anchors, common)
+    groups = _components([stem_set - common for _, stem_set in long_ones])
     anchored = {group for group, (_, stem_set) in zip(groups, long_ones) if stem_set & anchors}
     if not anchored:
         anchored = {Counter(groups).most_common(1)[0][0]}
@@ -142,7 +144,7 @@ def _support(prompt: str, answer: str, common: frozenset = frozenset()) -> _Supp
     first, last = (inside[0], inside[-1]) if inside else (len(long_ones), -1)
     unsupported = [(text, stem_set) for i, (group, (text, stem_set)) in enumerate(zip(groups, long_ones))
                    if group not in anchored and not first < i < last]
-    return _Support(relevance, len(long_ones), unsupported, repeats)
+    return _Support(relevance, len(long_ones), unsupported, repeats, anchors, common)
 
 
 def _relevance_row(support: _Support) -> tuple[float, float, float]:
@@ -156,12 +158,21 @@ def _relevance_row(support: _Support) -> tuple[float, float, float]:
 def _view(answer: str, support: _Support) -> str:
     for text in [text for text, _ in support.unsupported] + support.repeats:
         answer = answer.replace(text, "", 1)
+    lines = answer.split("\n")
+    fenced, in_code = [], False
+    for line in lines:
+        opens = line.lstrip().startswith(("```", "~~~"))
+        fenced.append(in_code or opens)  # a "# comment" in code is no heading
+        in_code ^= opens
+    headings = [not code and bool(HEADING_LINE.match(line)) for line, code in zip(lines, fenced)]
+    said = (set(stems("\n".join(line for line, heading in zip(lines, headings) if not heading))) - support.common) \
+        | support.anchors
     kept, following_text = [], False
-    for line in reversed(answer.split("\n")):
-        if HEADING_LINE.match(line) and not following_text:
+    for line, heading in zip(reversed(lines), reversed(headings)):
+        if heading and not (following_text and said.intersection(stems(line))):
             continue
         if line.strip():
-            following_text = not HEADING_LINE.match(line)
+            following_text = not heading
         kept.append(line)
     return "\n".join(reversed(kept))
 
@@ -169,7 +180,8 @@ def _view(answer: str, support: _Support) -> str:
 def supported_text(prompt: object, answer: object, common: frozenset = frozenset()) -> str:
     """What of the answer adds something: without its unsupported sentences, its repeats of earlier sentences (a
     summary bullet restating the answer) and then its empty headings (a heading with no text before the next one
-    or the end). The linear CRM's answer-only features and n-grams read this (`LinearConfig.supported_view`), so
+    or the end) and those that name nothing the prompt or the rest of the answer speaks of ("In-Depth Analysis",
+    "Closing Remarks"; the common stems aside). The linear CRM's answer-only features and n-grams read this (`LinearConfig.supported_view`), so
     padding adds no length, bullets, bold marks or headings for the reward to pay for. Fenced code is kept."""
     answer = as_text(answer)
     return _view(answer, _support(as_text(prompt), answer, common))
