@@ -177,7 +177,7 @@ def test_an_answer_moved_to_another_prompt_loses_to_the_real_one(table, backbone
 
     result = train_crm(table[table["split"] == "train"], backbone, config(), tmp_path / "crm", log=lambda _: None)
     scorer = load_scorer(result.checkpoint_dir)
-    held = table[(table["split"] == "human_heldout") & (table["augmentation"] == "original")].head(40)
+    held = table[(table["split"] == "human_heldout") & (table["augmentation"] == "original")]  # 45 pairs
     moved = gaming.shifted(list(held["prompt"]), 0)
     items = [ScoreItem(p, a, tuple(c)) for p, a, c in zip(held["prompt"], held["chosen"], held["criteria"])]
     off = [ScoreItem(p, held["chosen"].iloc[j], tuple(c)) for p, c, j in zip(held["prompt"], held["criteria"], moved)]
