@@ -38,11 +38,20 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 def test_table_shows_overall_and_topic_columns_with_intervals(published_home, capsys):
     code, out, _ = run(capsys, "--pool", "alpaca_eval", "--topic", "Code", "--topic", "open_question")
     assert code == 0
-    header, *rows = out.splitlines()
+    header, *rows, legend, latency = out.splitlines()
     assert header.split() == ["rank", "model", "overall", "Code", "open_question"]
-    assert len([row for row in rows if not row.startswith("latency")]) == len(ALPACA_MODELS)
-    assert re.search(r"gpt4_1106_preview\s+50\.0 \[50\.0, 50\.0\]", out)
-    assert rows[-1].startswith("latency: ")
+    assert len(rows) == len(ALPACA_MODELS)
+    assert re.search(r"gpt4_1106_preview \(reference\)\s+50\.0 \[50\.0, 50\.0\]", out)
+    assert latency.startswith("latency: ")
+    # the rank rule is stated, shared ranks are marked, the reference is named as such
+    assert legend.startswith("Rank: 1 + the number of models whose 95% interval lies wholly above")
+    assert "gpt4_1106_preview is the reference every other model is compared with" in legend
+    ranks = [row.split()[0] for row in rows]
+    assert any(rank.endswith("=") for rank in ranks), ranks  # the fixture has overlapping intervals
+    for rank in ranks:
+        assert rank.endswith("=") == (sum(r.rstrip("=") == rank.rstrip("=") for r in ranks) > 1), ranks
+    code, out, _ = run(capsys, "--pool", "alpaca_eval", "--method", "bradley_terry")
+    assert "(reference)" not in out and "is the reference" not in out  # Bradley–Terry has no reference
 
 
 def test_csv_and_json_match_the_published_rankings(published_home, capsys):

@@ -17,13 +17,16 @@ from usl_assets.leaderboards.adhoc_comparisons import pairs_from_rewards, refere
 from usl_assets.resources import Warehouse
 from usl_assets.settings import UslConfigError, usl_home
 
+RANK_RULE = ("Rank: 1 + the number of models whose 95% interval lies wholly above this model's (Chatbot Arena's "
+             "rule); models whose intervals overlap share a rank, marked =.")
 FORMATS = ("table", "csv", "json")
 METHODS = ranking.METHODS
 
 
 def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "leaderboard", help="rank a pool's models overall and per topic, under default or your own criteria")
+        "leaderboard", help="rank a pool's models overall and per topic, under default or your own criteria",
+        description=f"Rank a pool's models overall and per topic. {RANK_RULE}")
     parser.add_argument("--pool", required=True, help="response pool, e.g. alpaca_eval or mt_bench")
     parser.add_argument("--topic", action="append", default=[], metavar="T",
                         help="a scenario (e.g. code_generation) or scenario group (e.g. Code); repeatable")
@@ -200,16 +203,23 @@ def wide_table(long: pd.DataFrame, topics: list[str]) -> pd.DataFrame:
     return wide.reset_index(names="model")
 
 
-def render(wide: pd.DataFrame, topics: list[str], output_format: str) -> str:
+def render(wide: pd.DataFrame, topics: list[str], output_format: str, reference: str | None = None) -> str:
+    """The table as text (shared ranks marked `=`, the reference model named as such, the rank rule under it),
+    csv or json. `reference`: the pool's reference model where the method scores against it, else None."""
     if output_format == "csv":
         return wide.to_csv(index=False, float_format="%.2f")
     if output_format == "json":
         return wide.to_json(orient="records", indent=2, double_precision=4)
-    shown = pd.DataFrame({"rank": wide["rank"], "model": wide["model"]})
+    shared = wide["rank"].map(wide["rank"].value_counts()) > 1
+    shown = pd.DataFrame({"rank": [f"{rank}{'=' if tie else ''}" for rank, tie in zip(wide["rank"], shared)],
+                          "model": [f"{model} (reference)" if model == reference else model
+                                    for model in wide["model"]]})
     for column in ["overall", *topics]:
         shown[column] = [_with_interval(s, lo, hi) for s, lo, hi in
                          zip(wide[column], wide[f"{column}_low"], wide[f"{column}_high"])]
-    return shown.to_string(index=False)
+    legend = RANK_RULE + (f" {reference} is the reference every other model is compared with: it scores 50 by "
+                          "construction." if reference else "")
+    return shown.to_string(index=False) + "\n" + legend
 
 
 def _with_interval(score: float, low: float, high: float) -> str:
@@ -236,6 +246,7 @@ class Leaderboard:
     left_out: int = 0  # responses whose reward was not finite, left out of the ranking
     rewards: pd.DataFrame | None = None  # the ad hoc rewards ranked (None under the default criteria)
     unranked: pd.DataFrame | None = None  # models left out for too little coverage, with the reason
+    reference: str | None = None  # the pool's reference model (the usl methods score every model against it)
 
     @property
     def wide(self) -> pd.DataFrame:
@@ -252,12 +263,15 @@ def build_leaderboard(pool: str, topics: list[str], criteria: list[str], method:
     topics = list(dict.fromkeys(topics))
     known = pool_topics(pool, published)
     check_topics(topics, known, pool)
+    references = read_published("SELECT reference_model FROM leaderboard.reference_models WHERE pool = ?",
+                                [pool], path=published)["reference_model"]
+    reference = references.iloc[0] if len(references) else None
     if not criteria:
         long = published_rankings(pool, topics, method, published)
         if long.empty:
             raise UslConfigError(f"pool {pool} has no {method} ranking under the default profile "
                                  "(is its reference model loaded? try --method bradley_terry)")
-        return Leaderboard(long, topics, unranked=published_unranked(pool, published))
+        return Leaderboard(long, topics, unranked=published_unranked(pool, published), reference=reference)
     if method not in METHODS:
         raise UslConfigError(f"method {method!r} ranks only the published default profile; your own criteria are "
                              f"ranked by {' or '.join(METHODS)}")
@@ -266,13 +280,10 @@ def build_leaderboard(pool: str, topics: list[str], criteria: list[str], method:
     scoring_seconds = time.perf_counter() - scoring_started
     unscored = ~np.isfinite(rewards["reward"].to_numpy(dtype=float))
     rewards = rewards[~unscored]
-    reference = read_published("SELECT reference_model FROM leaderboard.reference_models WHERE pool = ?",
-                               [pool], path=published)["reference_model"]
     unranked = adhoc_unranked(rewards)
     ranked = rewards[~rewards["model"].isin(unranked["model"])]
-    long = adhoc_rankings(ranked, known, topics, method, reference.iloc[0] if len(reference) else None, settings,
-                          usl_soft_temperature(published))
-    return Leaderboard(long, topics, scoring_seconds, int(unscored.sum()), rewards, unranked)
+    long = adhoc_rankings(ranked, known, topics, method, reference, settings, usl_soft_temperature(published))
+    return Leaderboard(long, topics, scoring_seconds, int(unscored.sum()), rewards, unranked, reference)
 
 
 def explain_criteria(criteria: list[str]) -> str:
@@ -295,7 +306,7 @@ def show_leaderboard(args: argparse.Namespace) -> int:
     if board.left_out:
         print(f"usl: {board.left_out} of {board.left_out + len(board.rewards)} responses got no finite reward and "
               "are left out", file=sys.stderr)
-    print(render(board.wide, board.topics, args.format))
+    print(render(board.wide, board.topics, args.format, board.reference if args.method != "bradley_terry" else None))
     if len(board.unranked):
         print(render_unranked(board.unranked), file=sys.stdout if args.format == "table" else sys.stderr)
     if getattr(args, "explain", False):  # csv and json keep stdout for the table alone
