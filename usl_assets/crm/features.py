@@ -16,7 +16,7 @@ _WORD = re.compile(r"\b\w+\b")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+\S")
 _LIST_MARKER = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+")
 HEADING_LINE = re.compile(r"^\s{0,3}#{1,6}\s+\S")
-_FENCE = re.compile(r"^\s*(```|~~~)")
+FENCE_LINE = re.compile(r"^\s*(```|~~~)")
 _INLINE_CODE = re.compile(r"`[^`\n]+`")
 _BOLD = re.compile(r"\*\*[^*\n]+\*\*|__[^_\n]+__")
 _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
@@ -153,7 +153,7 @@ def response_counts(text: object) -> dict[str, int]:
     lines = text.splitlines()
     prose_lines, code_lines, code_blocks, in_code = [], 0, 0, False
     for line in lines:
-        if _FENCE.match(line):
+        if FENCE_LINE.match(line):
             code_blocks += 0 if in_code else 1
             in_code = not in_code
         elif in_code:

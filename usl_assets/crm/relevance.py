@@ -32,7 +32,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from usl_assets.crm.features import HEADING_LINE, as_text
+from usl_assets.crm.features import FENCE_LINE, HEADING_LINE, as_text
 
 RELEVANCE_FEATURES = ("prompt_fit", "unsupported_sentence_share", "log_unsupported_words", "unfinished_ending",
                       "graded_best_match")
@@ -159,12 +159,13 @@ def _view(answer: str, support: _Support) -> str:
     for text in [text for text, _ in support.unsupported] + support.repeats:
         answer = answer.replace(text, "", 1)
     lines = answer.split("\n")
-    fenced, in_code = [], False
+    headings, in_code = [], False
     for line in lines:
-        opens = line.lstrip().startswith(("```", "~~~"))
-        fenced.append(in_code or opens)  # a "# comment" in code is no heading
-        in_code ^= opens
-    headings = [not code and bool(HEADING_LINE.match(line)) for line, code in zip(lines, fenced)]
+        fence = bool(FENCE_LINE.match(line))
+        headings.append(not (in_code or fence) and bool(HEADING_LINE.match(line)))  # a "# comment" in code is none
+        in_code ^= fence
+    if not any(headings):
+        return answer
     said = (set(stems("\n".join(line for line, heading in zip(lines, headings) if not heading))) - support.common) \
         | support.anchors
     kept, following_text = [], False
@@ -181,8 +182,9 @@ def supported_text(prompt: object, answer: object, common: frozenset = frozenset
     """What of the answer adds something: without its unsupported sentences, its repeats of earlier sentences (a
     summary bullet restating the answer) and then its empty headings (a heading with no text before the next one
     or the end) and those that name nothing the prompt or the rest of the answer speaks of ("In-Depth Analysis",
-    "Closing Remarks"; the common stems aside). The linear CRM's answer-only features and n-grams read this (`LinearConfig.supported_view`), so
-    padding adds no length, bullets, bold marks or headings for the reward to pay for. Fenced code is kept."""
+    "Closing Remarks"; the common stems aside). The linear CRM's answer-only features and n-grams read this
+    (`LinearConfig.supported_view`), so padding adds no length, bullets, bold marks or headings for the reward to
+    pay for. Fenced code is kept."""
     answer = as_text(answer)
     return _view(answer, _support(as_text(prompt), answer, common))
 

@@ -306,7 +306,8 @@ def show_leaderboard(args: argparse.Namespace) -> int:
     if board.left_out:
         print(f"usl: {board.left_out} of {board.left_out + len(board.rewards)} responses got no finite reward and "
               "are left out", file=sys.stderr)
-    print(render(board.wide, board.topics, args.format, board.reference if args.method != "bradley_terry" else None))
+    reference = board.reference if args.method in ranking.PER_MODEL_METHODS else None  # scored against it
+    print(render(board.wide, board.topics, args.format, reference))
     if len(board.unranked):
         print(render_unranked(board.unranked), file=sys.stdout if args.format == "table" else sys.stderr)
     if getattr(args, "explain", False):  # csv and json keep stdout for the table alone

@@ -212,8 +212,8 @@ def bradley_terry_table(pairs: pd.DataFrame, settings: BootstrapSettings, progre
     """leaderboard.bradley_terry: the Bradley–Terry rows of leaderboard.rankings, every pool × profile × topic.
 
     pairs: pool, profile, prompt_id, scenario, scenario_group, model_a, model_b, a_score. `progress(done, total,
-    pairs_done)` after each pool × profile, if given. Each slice's bootstrap is seeded by its own key (pool, profile, topic).
-    The per-model methods are leaderboards/incremental.py's."""
+    pairs_done)` after each pool × profile, if given. Each slice's bootstrap is seeded by its own key (pool,
+    profile, topic). The per-model methods are leaderboards/incremental.py's."""
     parts, pairs_done = [], 0
     slices = sorted(set(map(tuple, pairs[["pool", "profile"]].drop_duplicates().to_numpy())))
     for done, (pool, profile) in enumerate(slices, start=1):
