@@ -26,7 +26,7 @@ FOLDS, SEED = 5, 0
 
 def fold_accuracy(train, test, vectors, config, memory) -> int:
     weights = linear.fit_linear(train, vectors, config, linear_crm.criteria_key, log=lambda _: None,
-                                graded=memory).weights
+                                graded=memory, reading_directions=[]).weights
     keys = [linear_crm.criteria_key(c) for c in test["criteria"]]
 
     def rewards(texts):

@@ -7,7 +7,10 @@ each variant, then print
   estimate, temperature 1, default profile) among the real models;
 - criteria fidelity: for each held-out phrasing, Spearman over the pool's models between their score under that
   phrasing and the property measured on their answers (median, min, and what mean length alone gives);
-- LMArena 2025 agreement of the AlpacaEval pool's default ranking.
+- LMArena 2025 agreement of the AlpacaEval pool's default ranking;
+- dev fidelity (`--dev-fidelity`): the same Spearman on a dev pool that is no response pool: the AI judge's models
+  that are in no pool, on 200 seeded AlpacaEval prompts, reference claude-2, under the TRAIN phrasings (what the
+  criteria rows teach, read at leaderboard level), beside ranking by the property itself (its ceiling there).
 
     .venv/bin/python benchmarks/judging_substance.py [--home .usl] [--variants default relevance=false …]
 
@@ -147,6 +150,7 @@ def main() -> None:
     parser.add_argument("--home", default=os.environ.get("USL_HOME", ".usl"))
     parser.add_argument("--variants", nargs="*", default=["default"])
     parser.add_argument("--fidelity-pool", default="alpaca_eval")
+    parser.add_argument("--dev-fidelity", action="store_true", help="also the dev pool's fidelity (docstring)")
     parser.add_argument("--no-prototypes", action="store_true", help="criteria read by their embedding alone")
     parser.add_argument("--prototype-scales", default="", help="comma-separated criteria_prototypes.SCALE values")
     args = parser.parse_args()
@@ -182,7 +186,8 @@ def main() -> None:
         vectors = dict(zip(profiles, encoder.embed(list(profiles.values()))))
         config = replace(linear.LinearConfig(), **parse_variant(variant.split(" (")[0]))
         weights = linear.fit_linear(train, vectors, config, linear_crm.criteria_key, log=lambda _: None,
-                                    graded=graded).weights
+                                    graded=graded, reading_directions=encoder.bank.directions if encoder.bank
+                                    else []).weights
         print(f"\n== {variant} (fitted at {time.perf_counter() - started:.0f} s)")
         chosen = rewards_under(weights, vectors_of, test.assign(response=test["chosen"]))
         rejected = rewards_under(weights, vectors_of, test.assign(response=test["rejected"]))
@@ -212,6 +217,8 @@ def main() -> None:
                 ours = validity.to_external_names(scores, "lmarena_2025", external["lmarena_2025"], names)
                 print(f"  LMArena 2025 Spearman {validity.correlate(ours, external['lmarena_2025'])['spearman']:.3f}")
         fidelity(weights, vectors_of, responses[responses["pool"] == args.fidelity_pool], args.fidelity_pool)
+        if args.dev_fidelity:
+            dev_fidelity(weights, vectors_of, dev_pool(home, set(responses["model"])))
 
 
 def fidelity(weights, vectors_of, pool: pd.DataFrame, pool_name: str) -> None:
@@ -241,6 +248,57 @@ def fidelity(weights, vectors_of, pool: pd.DataFrame, pool_name: str) -> None:
     print(table.groupby("family")["spearman"].median().round(3).to_string())
     worst = table.nsmallest(8, "spearman")
     print(worst[["property", "direction", "text", "spearman"]].round(2).to_string(index=False))
+
+
+DEV_REFERENCE, DEV_PROMPTS = "claude-2", 200
+
+
+def dev_pool(home: Path, pool_models: set[str]) -> pd.DataFrame:
+    """The AI judge's compared answers of the models in no response pool (nor AlpacaEval's made-up ones), on
+    DEV_PROMPTS seeded prompts that every one of them answered."""
+    with duckdb.connect(str(home / "published" / "warehouse.duckdb"), read_only=True) as con:
+        judged = con.execute("""SELECT instruction->>'$' AS prompt, generator_2->>'$' AS model,
+                                       output_2->>'$' AS response
+                                FROM raw.alpaca_eval_judgments WHERE raw_error IS NULL""").df()
+    made_up = {"gpt4_gamed", "example", "alpaca-7b_concise", "alpaca-7b_verbose"}
+    judged = judged.dropna().drop_duplicates(["prompt", "model"])
+    judged = judged[~judged["model"].isin(pool_models | made_up)]
+    chosen = set(np.random.default_rng(0).choice(sorted(judged["prompt"].unique()), DEV_PROMPTS, replace=False))
+    judged = judged[judged["prompt"].isin(chosen)]
+    complete = judged.groupby("model")["prompt"].nunique()
+    judged = judged[judged["model"].isin(complete[complete == DEV_PROMPTS].index)]
+    ids = {prompt: str(i) for i, prompt in enumerate(sorted(chosen))}
+    return judged.assign(prompt_id=judged["prompt"].map(ids)).reset_index(drop=True)
+
+
+def dev_fidelity(weights, vectors_of, pool: pd.DataFrame) -> None:
+    from usl_assets.crm.properties import PROPERTIES
+
+    rows = weights.response_rows(list(pool["prompt"]), list(pool["response"]))
+    counts = [response_counts(text) for text in pool["response"]]
+    found = []
+    for prop, rule in PROPERTIES.items():
+        values = pd.Series([property_value_of(prop, c) for c in counts])
+        target_of = pool.assign(value=values).groupby("model")["value"].mean()
+        for direction, sign in (("more", 1.0), ("less", -1.0)):
+            standard = (values - values.mean()) / max(values.std(), 1e-9)
+            ceiling = soft_scores(pool, sign * standard.to_numpy() * 10.0, DEV_REFERENCE)
+            for text in rule.phrasings(direction, "train"):
+                scores = soft_scores(pool, weights.score_rows(rows, vectors_of((text,))), DEV_REFERENCE)
+                found.append({"property": prop, "direction": direction,
+                              "spearman": spearmanr(scores[target_of.index], sign * target_of)[0],
+                              "ceiling": spearmanr(ceiling[target_of.index], sign * target_of)[0]})
+    table = pd.DataFrame(found)
+    print(f"dev fidelity ({pool['model'].nunique()} judged models, {pool['prompt_id'].nunique()} prompts, "
+          f"{len(table)} train phrasings): median {table['spearman'].median():.3f}, below 0.5: "
+          f"{(table['spearman'] < 0.5).sum()}; ranking by the property itself: median {table['ceiling'].median():.3f}")
+    print(table.groupby(["property", "direction"])[["spearman", "ceiling"]].median().round(2).unstack().to_string())
+
+
+def property_value_of(name: str, counts: dict) -> float:
+    from usl_assets.crm.properties import property_value
+
+    return property_value(name, counts)
 
 
 if __name__ == "__main__":

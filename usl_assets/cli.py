@@ -1,7 +1,9 @@
 """The `usl` command: what users run outside the Dagster UI.
 
-Each stage adds its subcommands in its `commands.py` (a function `add_parsers(subparsers)`); errors are one line on
-stderr and a non-zero exit."""
+COMMANDS names each subcommand, its line in `usl --help` and the stage's `commands.py` that declares its arguments
+(`add_arguments(command, parser)`) and runs it. Only the chosen subcommand's module is imported: `usl --help` and a
+misspelt command answer without loading Dagster, pandas or a model. Errors are one line on stderr and a non-zero
+exit."""
 
 import argparse
 import gc
@@ -14,19 +16,24 @@ from pathlib import Path
 
 import duckdb
 
-from usl_assets.settings import UslConfigError, usl_home
-from usl_assets.slot_wait import SlotWaitTimeout
+from usl_assets.settings import SlotWaitTimeout, UslConfigError, usl_home
 
 # A step waited longer than --wait-timeout for a pool slot another run holds: sysexits' EX_TEMPFAIL, try later.
 EXIT_SLOT_WAIT_TIMEOUT = 75
 
-COMMAND_MODULES = [
-    "usl_assets.commands",
-    "usl_assets.crm.commands",
-    "usl_assets.leaderboards.commands",
-    "usl_assets.page.commands",
-    "usl_assets.responses.commands",
-]
+# subcommand -> (the module that declares and runs it, its line in `usl --help`)
+COMMANDS = {
+    "status": ("usl_assets.commands", "what is materialized and the warehouse's row counts"),
+    "run": ("usl_assets.commands", "materialize the whole asset graph on the instance in DAGSTER_HOME"),
+    "add-model": ("usl_assets.responses.commands",
+                  "add a model's answers (AlpacaEval model_outputs.json or MT-Bench model_answer JSONL) to a pool"),
+    "leaderboard": ("usl_assets.leaderboards.commands",
+                    "rank a pool's models overall and per topic, under default or your own criteria"),
+    "serve": ("usl_assets.page.commands",
+              "the leaderboard web page (default, customizable, compare tabs) on the published warehouse"),
+    "evaluate-crm": ("usl_assets.crm.commands", "score a preference file (JSONL) with a CRM, print accuracy"),
+    "export-crm": ("usl_assets.crm.commands", "export a CRM and the test splits for use without USL"),
+}
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -36,7 +43,9 @@ class OneLineErrorParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The `usl` parser; only the subcommand named in argv (its first word that is one) gets its arguments, the
+    others are listed by name and help line."""
     # Dagster marks single-run backfill policies as beta; a terminal user cannot act on that warning.
     warnings.filterwarnings("ignore", message=".*is currently in beta.*")
     warnings.filterwarnings("ignore", message=".*is currently in preview.*")  # partitioned asset checks
@@ -46,16 +55,19 @@ def build_parser() -> argparse.ArgumentParser:
                              "progress lines")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                        parser_class=OneLineErrorParser)
-    for module_name in COMMAND_MODULES:
-        importlib.import_module(module_name).add_parsers(subparsers)
+    chosen = next((word for word in (sys.argv[1:] if argv is None else argv) if word in COMMANDS), None)
+    for command, (module_name, line) in COMMANDS.items():
+        subparser = subparsers.add_parser(command, help=line)
+        if command == chosen:
+            importlib.import_module(module_name).add_arguments(command, subparser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    from usl_assets.launch import stop_on_signals
-
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
+    from usl_assets.launch import stop_on_signals  # Dagster's: imported once the arguments are known good
+
     if not getattr(args, "verbose", False):
         quiet_libraries()
     stop_on_signals()

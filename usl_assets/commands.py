@@ -15,10 +15,12 @@ from usl_assets.settings import data_dir, usl_home
 from usl_assets.slot_wait import add_wait_timeout_flag
 
 
-def add_parsers(subparsers: argparse._SubParsersAction) -> None:
-    status = subparsers.add_parser("status", help="what is materialized and the warehouse's row counts")
-    status.set_defaults(handler=show_status)
-    run = subparsers.add_parser("run", help="materialize the whole asset graph on the instance in DAGSTER_HOME")
+def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
+    """The arguments of `usl status` and `usl run`."""
+    if command == "status":
+        parser.set_defaults(handler=show_status)
+        return
+    run = parser
     run.add_argument("--neural-crm", action="store_true",
                      help="also train the LoRA CRMs (factorized, cross) and convert SmolLM2: slow on CPU")
     add_wait_timeout_flag(run)
@@ -120,7 +122,8 @@ SUMMARY_QUERIES = {
         "leaderboard.criteria_fidelity",
         "SELECT pool, trained, family, count(*) AS phrasings, round(median(spearman), 3) AS median, "
         "round(min(spearman), 3) AS min, count(*) FILTER (WHERE spearman < 0.5) AS below_0_5, "
-        "round(median(length_spearman), 3) AS length_alone_median "
+        "round(median(length_spearman), 3) AS length_alone_median, "
+        "round(median(property_spearman), 3) AS perfect_reader_median "
         "FROM leaderboard.criteria_fidelity GROUP BY ALL ORDER BY ALL",
     ),
 }

@@ -56,7 +56,8 @@ from dagster._core.remote_origin import (
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._utils.interrupts import pop_captured_interrupt
 
-from usl_assets.slot_wait import SlotWait, SlotWaitTimeout
+from usl_assets.settings import SlotWaitTimeout
+from usl_assets.slot_wait import SlotWait
 
 # What workspace.yaml names (usl_assets_tests/test_workspace.py checks that the two agree).
 LOCATION_NAME = "usl_assets"

@@ -13,6 +13,11 @@ class UslConfigError(Exception):
     """A setting or argument is wrong; the message is one line a user can act on."""
 
 
+class SlotWaitTimeout(Exception):
+    """A step waited for a pool slot longer than --wait-timeout (its message is the one line to print;
+    slot_wait.py raises it)."""
+
+
 def data_dir(configured: str = "") -> Path:
     raw = configured or os.environ.get("USL_DATA_DIR", "")
     if not raw:

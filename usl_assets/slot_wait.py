@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from usl_assets.recovery import recover_and_report
+from usl_assets.settings import SlotWaitTimeout
 
 DEFAULT_WAIT_TIMEOUT_S = 300.0
 POLL_S = 1.0  # how often the slot is asked for
@@ -30,10 +31,6 @@ REPORT_EVERY_S = 60.0  # the waiting line again, even when nothing changed
 # Tags Dagster puts on runs it launches itself (sensors, schedules, backfills, re-executions).
 SENSOR_TAG, SCHEDULE_TAG, BACKFILL_TAG = "dagster/sensor_name", "dagster/schedule_name", "dagster/backfill"
 PARENT_RUN_TAG = "dagster/parent_run_id"
-
-
-class SlotWaitTimeout(Exception):
-    """A step waited for a pool slot longer than --wait-timeout (its message is the one line to print)."""
 
 
 def add_wait_timeout_flag(parser: argparse.ArgumentParser) -> None:

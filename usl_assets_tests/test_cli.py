@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from usl_assets.cli import main
+from usl_assets.cli import COMMANDS, main
 
 
 def _one_error_line(capsys) -> str:
@@ -73,3 +73,28 @@ def test_status_aligns_its_row_counts_and_says_row_for_one():
     lines = table_lines([("crm", "calibration", 1), ("leaderboard", "pairwise_comparisons", 2251242), ("raw", "x", 0)])
     assert lines[0].endswith(" 1 row") and lines[1].endswith(" 2,251,242 rows") and lines[2].endswith(" 0 rows")
     assert len({line.index(" row") for line in lines}) == 1  # the counts end in one column
+
+
+def test_help_and_a_misspelt_command_load_no_heavy_library():
+    """`usl --help` and an unknown command answer from cli.COMMANDS alone: no Dagster, pandas or torch import
+    (they took seconds before the chosen command's module was imported lazily)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom usl_assets.cli import main\n"
+             "for argv in (['--help'], ['bogus']):\n"
+             "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+             "print(sorted(m for m in ('dagster', 'pandas', 'torch', 'transformers', 'numpy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_declares_its_arguments_and_a_handler(command, capsys):
+    from usl_assets.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith(f"usage: usl {command}")
+    subparsers = next(a for a in build_parser([command])._actions if a.dest == "command")
+    assert callable(subparsers.choices[command].get_default("handler"))

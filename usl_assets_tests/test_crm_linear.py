@@ -200,7 +200,7 @@ def test_filler_never_earns_reward_even_where_the_training_pairs_reward_it(table
 
     def coefficients(**changes):
         fitted = linear.fit_linear(pairs, vectors, linear.LinearConfig(iterations=40, ngrams=False, **changes),
-                                   lambda _: "c", log=lambda _: None).weights
+                                   lambda _: "c", log=lambda _: None, reading_directions=[]).weights
         effective = fitted.v + fitted.gate @ vectors["c"]
         return {linear.ROW_FEATURES[c]: value for c, value in zip(fitted.columns, effective)}
 
@@ -208,3 +208,33 @@ def test_filler_never_earns_reward_even_where_the_training_pairs_reward_it(table
     assert free["log_unsupported_words"] > 0.01 and base_only["log_unsupported_words"] > 0.01
     for name, sign in linear.SIGNS.items():
         assert sign * signed[name] >= 0
+
+
+def test_a_criterion_read_as_less_of_a_property_never_pays_for_more_of_it(table):
+    """reading_gate own_property: where the training rows reward longer answers under a criterion the prototypes
+    read as "length:less", a free gate learns to pay for length under that reading; the constrained gate's reading
+    cells move only the property's own features, and only the way the reading says."""
+    held = table[(table["split"] == "train") & (table["augmentation"] == "original")].head(60)
+    longer = held["chosen"].str.len() >= held["rejected"].str.len()
+    pairs = pd.DataFrame({"prompt": held["prompt"], "chosen": np.where(longer, held["chosen"], held["rejected"]),
+                          "rejected": np.where(longer, held["rejected"], held["chosen"]),
+                          "criteria": [("Keep it short.",)] * len(held), "source": "autoj", "label_kind": "human",
+                          "soft_label": 1.0})
+    directions = ["length:more", "length:less", "structure:more", "structure:less"]
+    vectors = {"c": np.array([0.5, 0.5, 0.0, 4.0, 0.0, 0.0])}
+
+    def reading_cells(gate: str) -> dict[str, np.ndarray]:
+        fitted = linear.fit_linear(pairs, vectors, linear.LinearConfig(iterations=40, ngrams=False, reading_gate=gate),
+                                   lambda _: "c", log=lambda _: None, reading_directions=directions).weights
+        return {linear.ROW_FEATURES[c]: row[2:] for c, row in zip(fitted.columns, fitted.gate)}
+
+    free, own = reading_cells("free"), reading_cells("own_property")
+    less = directions.index("length:less")
+    assert free["log_words"][less] + free["log_chars"][less] > 0.01  # the rows taught it to pay for length
+    assert own["log_words"][less] <= 0 and own["log_chars"][less] <= 0
+    for name, cells in own.items():
+        if name not in ("log_words", "log_chars"):
+            assert not cells[:2].any(), name  # the length reading moves no other feature
+    with pytest.raises(ValueError, match="reading_directions"):
+        linear.fit_linear(pairs, vectors, linear.LinearConfig(iterations=2, reading_gate="own_property"),
+                          lambda _: "c", log=lambda _: None)

@@ -184,6 +184,11 @@ def test_criteria_fidelity_measures_whether_a_criterion_ranks_what_it_says():
     assert by_text.loc["Prefers long answers.", "length_spearman"] == pytest.approx(1.0)
     assert by_text.loc["Prefers brief ones.", "length_spearman"] == pytest.approx(1.0)
     assert by_text.loc["Asks questions back.", "length_spearman"] < 0.5
+    # a perfect reader (per prompt, more of the property than the reference wins) ranks the questions too: the
+    # strong and weak models both ask more than the reference on every prompt, so they tie
+    assert by_text.loc["Asks questions back.", "property_spearman"] == pytest.approx(0.9487, abs=1e-3)
+    assert by_text.loc["Prefers long answers.", "property_spearman"] == by_text.loc["Prefers brief ones.",
+                                                                                    "property_spearman"]
     blind = audits.fidelity_pool("p", answers, "ref", PHRASINGS, property_value, PropertyScorer(blind=True), {}, K)
     assert blind["spearman"].isna().all()  # every model scores 50: no ranking, no correlation
     passed, per_pool = audits.fidelity_verdict(table)

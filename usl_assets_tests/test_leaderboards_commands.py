@@ -64,8 +64,14 @@ def test_csv_and_json_match_the_published_rankings(published_home, capsys):
     assert table["Code"].to_dict() == pytest.approx(published.round(2).to_dict(), abs=0.006)
     assert list(table.columns[:4]) == ["rank", "overall", "overall_low", "overall_high"]
     code, out, _ = run(capsys, "--pool", "mt_bench", "--format", "json", "--method", "bradley_terry")
-    records = json.loads(out)
-    assert code == 0 and {r["model"] for r in records} == {"gpt-4", "gpt-3.5-turbo", "vicuna-13b-v1.3", "llama-13b"}
+    document = json.loads(out)
+    assert code == 0 and {r["model"] for r in document["models"]} == {"gpt-4", "gpt-3.5-turbo", "vicuna-13b-v1.3",
+                                                                        "llama-13b"}
+    published_checkpoints = Warehouse(path=str(published_home / "published" / "warehouse.duckdb")).query(
+        "SELECT DISTINCT checkpoint_id FROM leaderboard.response_scores WHERE pool = 'mt_bench'")["checkpoint_id"]
+    assert document["checkpoint_id"] == published_checkpoints.item() and document["criteria"] is None
+    assert document["method"] == "bradley_terry" and document["topics"][0]["topic"] == "all"
+    assert document["topics"][0]["n_prompts"] > 0
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -165,7 +171,11 @@ def test_explain_prints_how_the_crm_reads_each_criterion_and_the_set(linear_home
     assert "warning: criteria pull length in opposite directions" in reading
 
     code, out, err = run(capsys, *explained_argv("--explain", "--format", "json"))
-    assert code == 0 and len(json.loads(out)) == len(ALPACA_MODELS)  # stdout stays one JSON document
+    document = json.loads(out)  # stdout stays one JSON document
+    assert code == 0 and len(document["models"]) == len(ALPACA_MODELS)
+    assert document["criteria"] == EXPLAINED and document["pool"] == "alpaca_eval"
+    assert document["checkpoint_id"] == load_scorer(linear_home).checkpoint_id
+    assert document["topics"] == [{"topic": "all", "n_prompts": 30}]
     assert reading in err and err.rstrip().splitlines()[-1].startswith("latency: ")
 
 
@@ -203,3 +213,35 @@ def test_the_command_line_keeps_library_chatter_for_verbose(linear_home):
     assert "LOAD REPORT" in stderr("--verbose")
     quiet = stderr()
     assert "LOAD REPORT" not in quiet and "Loading weights" not in quiet
+
+
+def test_a_new_criterion_reuses_the_response_rows_scoring_published(linear_home, tmp_path, monkeypatch):
+    """Scoring caches each answer's response row (scoring.response_embeddings) in the warehouse it publishes; the
+    CLI's ad hoc cache copies them, so a new criterion embeds no answer, and its rewards are the same as when every
+    row is computed afresh."""
+    from usl_assets.leaderboards.commands import score_in_warehouse
+    from usl_assets.responses.pools import content_hash
+    from usl_assets.scoring.cache import EMBEDDINGS, ensure_tables, store_embeddings
+    from usl_assets.scoring.score import load_scorer
+
+    fresh_home, reused_home = tmp_path / "fresh", tmp_path / "reused"
+    for home in (fresh_home, reused_home):
+        shutil.copytree(linear_home, home)
+        shutil.rmtree(home / "adhoc", ignore_errors=True)  # what the other tests scored there
+    published = Warehouse(path=str(reused_home / "published" / "warehouse.duckdb"))
+    answers = published.query("SELECT prompt, response FROM responses.responses WHERE pool = 'alpaca_eval'")
+    scorer = load_scorer(reused_home)
+    rows = scorer.embed_responses(list(answers["prompt"]), list(answers["response"]))
+    ensure_tables(published, (EMBEDDINGS,))
+    with published.transaction() as writer:  # what the scoring stage leaves in the warehouse it publishes
+        store_embeddings(writer, scorer.checkpoint_id,
+                         [content_hash(p, r) for p, r in zip(answers["prompt"], answers["response"])], rows)
+    criteria = ["Answer in two sentences at most."]
+    monkeypatch.setenv("USL_HOME", str(reused_home))
+    reused = score_in_warehouse("alpaca_eval", criteria)
+    monkeypatch.setenv("USL_HOME", str(fresh_home))
+    fresh = score_in_warehouse("alpaca_eval", criteria)
+    assert reused.attrs["stats"].embedded == 0 and fresh.attrs["stats"].embedded == len(answers)
+    key = ["prompt_id", "model"]
+    assert reused.sort_values(key)["reward"].to_numpy() == pytest.approx(fresh.sort_values(key)["reward"].to_numpy(),
+                                                                          rel=1e-5)

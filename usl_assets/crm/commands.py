@@ -6,19 +6,21 @@ from pathlib import Path
 from usl_assets.settings import UslConfigError, usl_home
 
 
-def add_parsers(subparsers: argparse._SubParsersAction) -> None:
-    evaluate = subparsers.add_parser("evaluate-crm", help="score a preference file (JSONL) with a CRM, print accuracy")
+def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
+    """The arguments of `command` (cli.COMMANDS): evaluate-crm or export-crm."""
+    if command == "export-crm":
+        parser.add_argument("out_dir", type=Path)
+        parser.add_argument("--architecture", choices=["cross", "factorized"], default="cross")
+        parser.add_argument("--checkpoint", type=Path, help="a checkpoint folder (default: the latest of "
+                                                            "--architecture)")
+        parser.set_defaults(handler=export_crm)
+        return
+    evaluate = parser
     evaluate.add_argument("--preferences", required=True, type=Path,
                           help="JSONL in docs/user_preferences.md's format (also the test splits export-crm writes)")
     evaluate.add_argument("--checkpoint", type=Path, help="a CRM checkpoint folder (default: the default CRM)")
     evaluate.add_argument("--out", type=Path, help="per-pair rewards, .csv or .jsonl (default: beside the file)")
     evaluate.set_defaults(handler=evaluate_crm)
-
-    export = subparsers.add_parser("export-crm", help="export a CRM and the test splits for use without USL")
-    export.add_argument("out_dir", type=Path)
-    export.add_argument("--architecture", choices=["cross", "factorized"], default="cross")
-    export.add_argument("--checkpoint", type=Path, help="a checkpoint folder (default: the latest of --architecture)")
-    export.set_defaults(handler=export_crm)
 
 
 def _checkpoint(given: Path | None, architecture: str | None) -> Path:

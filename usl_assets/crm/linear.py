@@ -10,9 +10,13 @@ words, 4-grams copied from the prompt, the prompt's content words left unused), 
 what the AI judge said of other models' answers to the same prompt, and how close the answer comes to any of
 them; 0 for prompts it never graded); e(c): the criteria text embedded once by the frozen encoder (MiniLM by
 default). W e(c) is what lets "prefers brief answers" turn the length features down and "use lists" turn the list
-features up, so a flipped criterion flips the preference. h and the crm/features.py features read the answer's
-view (`supported_view`: without the sentences tied to nothing in the prompt, restatements and empty headings), so
-filler earns no length, bullets or bold marks; the unsupported sentences' own features keep the sign SIGNS gives.
+features up, so a flipped criterion flips the preference. The part of W that reads the prototype reading
+(crm/criteria_prototypes.py: one column per property direction) is bounded (`reading_gate` own_property): a
+direction moves only its own property's features, up for "more", down for "less", so what the reading says is
+what the reward does (a free W mixed the directions: docs/crm.md, dev run 19). h and the crm/features.py features
+read the answer's view (`supported_view`: without the sentences tied to nothing in the prompt, restatements and
+empty headings), so filler earns no length, bullets or bold marks; the unsupported sentences' own features keep
+the sign SIGNS gives.
 
 Training minimizes the soft Bradley–Terry loss −[y log σ(z) + (1 − y) log σ(−z)] with y the probability that
 `chosen` wins (the judge's own for AI-judge pairs, 1 for human and criteria-defined rows), per-source weights, and
@@ -49,6 +53,7 @@ JUDGE_NUISANCES = ("style", "length", "none")
 # markdown difference is the same in every row, so alone its coefficient explained them all; the filler-free
 # gaming_reformatted twins at even odds pin it near zero, which leaves the filler to explain the padded rows.
 GAMING_NUISANCES = ("none", "truncated", "length", "markdown", "style")
+READING_GATES = ("free", "own_property")
 LOG_CHARS = FEATURE_NAMES.index("log_chars")
 # Signs the base coefficient v of these features keeps whatever the training rows' correlations (LinearConfig.signs):
 # on human pairs, answers with more unsupported sentences are longer and win, but a sentence tied to nothing in
@@ -86,6 +91,9 @@ class LinearConfig:
     common_stem_share: float = 0.05  # chains of support skip the stems of more than this share of the training
     # answers (crm/relevance.common_stems); 0: through every stem
     gate_signs: bool = True  # with signs, the gate leaves SIGNS features alone: their sign holds under any criteria
+    reading_gate: str = "own_property"  # free | own_property: how the criteria's reading
+    # (crm/criteria_prototypes.py) may move the coefficients; own_property: a property direction's reading moves
+    # only that property's features (properties.PROPERTY_FEATURES), up for "more" and down for "less"
 
     def feature_columns(self, graded: bool = False) -> list[int]:
         if self.features == "length":
@@ -223,14 +231,21 @@ def _sides(pairs: pd.DataFrame) -> tuple[list[tuple], np.ndarray, np.ndarray]:
 
 def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], config: LinearConfig,
                criteria_key, log=print, deadline: float | None = None,
-               graded: GradedAnswers | None = None) -> FitResult:
+               graded: GradedAnswers | None = None, reading_directions: list[str] | None = None) -> FitResult:
     """Fit on crm.training_pairs rows (prompt, chosen, rejected, criteria, source, label_kind, soft_label,
     chosen_model, rejected_model). `criteria_vectors[criteria_key(row criteria)]` is each row's embedded criteria;
-    `graded`: the graded answers (each training answer is compared with the other model families' only)."""
+    `graded`: the graded answers (each training answer is compared with the other model families' only);
+    `reading_directions`: the labels ("length:less", …) of the criteria vectors' last columns, the prototype reading
+    (needed by `reading_gate` own_property)."""
     from threadpoolctl import threadpool_limits
 
     if config.gaming_nuisance not in GAMING_NUISANCES:
         raise ValueError(f"gaming_nuisance must be one of {', '.join(GAMING_NUISANCES)}, not {config.gaming_nuisance!r}")
+    if config.reading_gate not in READING_GATES:
+        raise ValueError(f"reading_gate must be one of {', '.join(READING_GATES)}, not {config.reading_gate!r}")
+    if config.reading_gate != "free" and reading_directions is None:
+        raise ValueError("reading_gate own_property needs the criteria vectors' reading_directions ([] where the "
+                         "vectors carry no prototype reading)")
     if config.judge_nuisance not in JUDGE_NUISANCES:
         raise ValueError(f"judge_nuisance must be one of {', '.join(JUDGE_NUISANCES)}, not {config.judge_nuisance!r}")
     graded = graded if graded is not None and len(graded) and config.graded_answers else None
@@ -314,9 +329,10 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
                                     "before its iterations ended: no checkpoint was written; raise max_minutes")
 
     theta0 = np.zeros(N_BUCKETS + k + k * dim + q)
-    bounds = None
+    lower, upper = np.full(len(theta0), -np.inf), np.full(len(theta0), np.inf)
+    if config.reading_gate == "own_property" and reading_directions:
+        _bound_reading(lower, upper, columns, dim, reading_directions)
     if config.signs:
-        lower, upper = np.full(len(theta0), -np.inf), np.full(len(theta0), np.inf)
         for position, column in enumerate(columns):
             sign = SIGNS.get(ROW_FEATURES[column], 0)
             if sign < 0:
@@ -326,7 +342,7 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
             if sign and config.gate_signs:
                 gate_row = slice(N_BUCKETS + k + position * dim, N_BUCKETS + k + (position + 1) * dim)
                 lower[gate_row], upper[gate_row] = 0.0, 0.0
-        bounds = Bounds(lower, upper)
+    bounds = Bounds(lower, upper) if np.isfinite(lower).any() or np.isfinite(upper).any() else None
     with threadpool_limits(limits=1):  # one thread: the same sums in the same order on any machine load
         result = minimize(objective, theta0, jac=True, method="L-BFGS-B", callback=safety_net, bounds=bounds,
                           options={"maxiter": config.iterations, "maxfun": config.iterations * 2})
@@ -340,6 +356,25 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     fitted = LinearWeights(u, v, gate, mean, std, columns, float(beta[0]), kept_graded, config.supported_view, common)
     return FitResult(fitted, float(result.fun),
                      int(result.nit), len(pairs), sources, [round(float(b), 6) for b in beta])
+
+
+def _bound_reading(lower: np.ndarray, upper: np.ndarray, columns: list[int], dim: int,
+                   directions: list[str]) -> None:
+    """reading_gate own_property: the gate cell of feature f and reading direction "P:more" may only be >= 0 when
+    f measures P, "P:less" only <= 0, and every other reading cell is 0 (theta's layout: fit_linear.unpack)."""
+    from usl_assets.crm.properties import PROPERTY_FEATURES
+
+    k, first = len(columns), dim - len(directions)
+    for position, column in enumerate(columns):
+        for j, label in enumerate(directions):
+            name, way = label.rsplit(":", 1)
+            cell = N_BUCKETS + k + position * dim + first + j
+            if ROW_FEATURES[column] not in PROPERTY_FEATURES.get(name, ()):
+                lower[cell] = upper[cell] = 0.0
+            elif way == "more":
+                lower[cell] = 0.0
+            else:
+                upper[cell] = 0.0
 
 
 def config_dict(config: LinearConfig) -> dict:

@@ -108,14 +108,16 @@ def train_linear(pairs: pd.DataFrame, backbone: Backbone, train_config, folder: 
     if graded_answers is not None and len(graded_answers):
         graded = GradedAnswers.build(graded_answers)
         log(f"graded answers: {len(graded):,} judged answers to {len(set(graded.prompt_keys)):,} prompts")
-    fitted = linear.fit_linear(pairs, vectors, config, criteria_key, log=log, deadline=deadline, graded=graded)
+    fitted = linear.fit_linear(pairs, vectors, config, criteria_key, log=log, deadline=deadline, graded=graded,
+                               reading_directions=encoder.bank.directions)
     extra = {"criteria_max_length": encoder.max_length, "config": linear.config_dict(config),
              "weight_by_source": fitted.weight_by_source, "judge_style_beta": fitted.style_beta}
     fitted.weights.save(folder, extra)
     encoder.bank.save(folder)
     twin_config = linear.LinearConfig(iterations=config.iterations, ngrams=False, features="length",
                                       source_weights=config.source_weights, supported_view=False)
-    twin = linear.fit_linear(pairs, vectors, twin_config, criteria_key, log=log, deadline=deadline)
+    twin = linear.fit_linear(pairs, vectors, twin_config, criteria_key, log=log, deadline=deadline,
+                             reading_directions=encoder.bank.directions)
     (folder / LENGTH_ONLY_DIR).mkdir(exist_ok=True)
     twin.weights.save(folder / LENGTH_ONLY_DIR, {**extra, "config": linear.config_dict(twin_config)})
     return {"steps": fitted.iterations, "pairs_seen": fitted.rows, "tokens_seen": 0,

@@ -47,7 +47,8 @@ PROBES = {
 AUDIT_COLUMNS = ["pool", "probe", "derives_from", "expectation", "rank", "n_ranked", "score", "ci_low", "ci_high",
                  "source_rank", "source_score", "lowest_real_rank", "lowest_real_score", "passed", "checkpoint_id"]
 FIDELITY_COLUMNS = ["pool", "property", "direction", "family", "trained", "phrasing", "n_models", "spearman",
-                    "length_spearman", "varying_prompts", "spearman_where_it_varies", "checkpoint_id"]
+                    "length_spearman", "property_spearman", "varying_prompts", "spearman_where_it_varies",
+                    "checkpoint_id"]
 FIDELITY_FLOOR = 0.8  # the check: median Spearman per pool at least this
 FIDELITY_LOW = 0.5  # phrasings below this are counted in the check's metadata
 PHRASING_CHUNK = 16  # phrasings whose rewards are compared at once (21,735 AlpacaEval answers each)
@@ -289,16 +290,31 @@ def point_scores(rewards: Rewards, reference_model: str, temperature: float,
     return table
 
 
+def property_wins(answers: pd.DataFrame, values: pd.DataFrame, reference_model: str) -> pd.DataFrame:
+    """models × properties: 100 × the share of prompts where the model's answer has more of the property than the
+    reference's (ties count half): the leaderboard a perfect reader of "more of it" would give under usl_soft's
+    comparison with the reference, however strongly it weighed the property (for "less", 100 minus it)."""
+    frame = values.assign(model=answers["model"].to_numpy(), prompt_id=answers["prompt_id"].to_numpy())
+    reference = frame[frame["model"] == reference_model].drop(columns="model").set_index("prompt_id")
+    joined = frame.join(reference, on="prompt_id", rsuffix="__reference").dropna()
+    wins = pd.DataFrame({name: np.sign(joined[name] - joined[f"{name}__reference"]) / 2 + 0.5
+                         for name in values.columns}, index=joined.index)
+    return 100.0 * wins.groupby(joined["model"]).mean()
+
+
 def fidelity_rows(pool: str, phrasings: list[tuple], scores: pd.DataFrame, properties: pd.DataFrame,
                   lengths: pd.Series, checkpoint_id: str, trained: set[str] | None = None,
-                  varying: tuple[pd.DataFrame, dict[str, set]] | None = None) -> pd.DataFrame:
+                  varying: tuple[pd.DataFrame, dict[str, set]] | None = None,
+                  ceilings: pd.DataFrame | None = None) -> pd.DataFrame:
     """leaderboard.criteria_fidelity's rows of one pool. phrasings: (property, direction, family, text); scores:
     point_scores; properties: property_means; lengths: mean answer length per model. The target is the property
     (negated for direction 'less'); length_spearman ranks by length alone, longer first for 'more', shorter for
-    'less'. trained: the properties the CRM has train rows of (None: all). varying: the point scores over the
-    prompts where each property varies, and those prompts per property."""
+    'less'; property_spearman ranks by `ceilings` (property_wins), the same for both directions. trained: the
+    properties the CRM has train rows of (None: all). varying: the point scores over the prompts where each
+    property varies, and those prompts per property."""
     rows = []
     varying_scores, varying_sets = varying if varying is not None else (pd.DataFrame(), {})
+    ceilings = ceilings if ceilings is not None else pd.DataFrame()
     for name, direction, family, text in phrasings:
         sign = -1.0 if direction == "less" else 1.0
         target = sign * properties[name]
@@ -307,6 +323,8 @@ def fidelity_rows(pool: str, phrasings: list[tuple], scores: pd.DataFrame, prope
                      "trained": trained is None or name in trained, "phrasing": text,
                      "n_models": int(model_scores.dropna().index.intersection(target.dropna().index).size),
                      "spearman": spearman(model_scores, target), "length_spearman": spearman(sign * lengths, target),
+                     "property_spearman": spearman(sign * ceilings[name], target)
+                     if name in ceilings else float("nan"),
                      "varying_prompts": len(varying_sets.get(name, ())),
                      "spearman_where_it_varies": spearman(varying_scores.loc[text], target)
                      if text in varying_scores.index else float("nan"),
@@ -334,7 +352,8 @@ def fidelity_pool(pool: str, answers: pd.DataFrame, reference_model: str, phrasi
         where.append(point_scores(rewards, reference_model, temperature, prompts_of))
     lengths = answers.groupby("model")["length_chars"].mean()
     return fidelity_rows(pool, phrasings, pd.concat(scores), values.groupby(answers["model"]).mean(), lengths,
-                         scorer.checkpoint_id, trained, (pd.concat(where), varying))
+                         scorer.checkpoint_id, trained, (pd.concat(where), varying),
+                         property_wins(answers, values, reference_model))
 
 
 def fidelity_summary(table: pd.DataFrame, by: str) -> pd.DataFrame:
@@ -345,6 +364,7 @@ def fidelity_summary(table: pd.DataFrame, by: str) -> pd.DataFrame:
         "min_spearman": grouped["spearman"].min(),
         "below_0_5": grouped["spearman"].apply(lambda s: int((s < FIDELITY_LOW).sum())),
         "median_length_spearman": grouped["length_spearman"].median(),
+        "median_property_spearman": grouped["property_spearman"].median(),
     }).reset_index()
 
 

@@ -2,6 +2,7 @@
 user's topics, under the default criteria (from the published warehouse) or the user's own (scored on demand)."""
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -23,10 +24,9 @@ FORMATS = ("table", "csv", "json")
 METHODS = ranking.METHODS
 
 
-def add_parsers(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "leaderboard", help="rank a pool's models overall and per topic, under default or your own criteria",
-        description=f"Rank a pool's models overall and per topic. {RANK_RULE}")
+def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
+    """The arguments of `usl leaderboard`."""
+    parser.description = f"Rank a pool's models overall and per topic. {RANK_RULE}"
     parser.add_argument("--pool", required=True, help="response pool, e.g. alpaca_eval or mt_bench")
     parser.add_argument("--topic", action="append", default=[], metavar="T",
                         help="a scenario (e.g. code_generation) or scenario group (e.g. Code); repeatable")
@@ -111,13 +111,18 @@ COPIED_TABLES = ("responses.responses", "responses.prompt_sample")
 
 def adhoc_cache(published: Path | None = None) -> Warehouse:
     """A DuckDB file of the CLI's own ($USL_HOME/adhoc/scores.duckdb) for ad hoc scoring: the responses it scores,
-    copied from the published copy when that changes, its ad hoc profiles and their reward cache. The file
-    Dagster writes is never opened, so this works while a materialization runs."""
+    copied from the published copy when that changes, with the response rows scoring cached there
+    (scoring.response_embeddings: a new criterion then costs one criteria embedding and a matrix product, not a
+    pass over every answer), its ad hoc profiles and their reward cache. The file Dagster writes is never opened,
+    so this works while a materialization runs."""
+    from usl_assets.scoring.cache import EMBEDDINGS, EMBEDDINGS_TABLE, ensure_tables
+
     published = published or Warehouse().published_path()
     if not published.exists():
         raise UslConfigError(f"no published warehouse at {published}: materialize the leaderboards first (usl run)")
     cache = Warehouse(path=str(usl_home().joinpath(*ADHOC_CACHE)))
     version = f"{published.stat().st_mtime_ns}:{published.stat().st_size}"
+    ensure_tables(cache, (EMBEDDINGS,))
     with cache.connect() as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS main.copied_from (published VARCHAR)")
         if conn.execute("SELECT published FROM main.copied_from").fetchall() != [(version,)]:
@@ -127,6 +132,10 @@ def adhoc_cache(published: Path | None = None) -> Warehouse:
                 schema, _ = table.split(".")
                 conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
                 conn.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM published.{table}")
+            if conn.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = 'published' AND "
+                            "schema_name || '.' || table_name = ?", [EMBEDDINGS_TABLE]).fetchone()[0]:
+                conn.execute(f"INSERT OR IGNORE INTO {EMBEDDINGS_TABLE} BY NAME "
+                             f"SELECT checkpoint_id, input_hash, embedding FROM published.{EMBEDDINGS_TABLE}")
             conn.execute("DELETE FROM main.copied_from")
             conn.execute("INSERT INTO main.copied_from VALUES (?)", [version])
             conn.execute("COMMIT")
@@ -203,13 +212,16 @@ def wide_table(long: pd.DataFrame, topics: list[str]) -> pd.DataFrame:
     return wide.reset_index(names="model")
 
 
-def render(wide: pd.DataFrame, topics: list[str], output_format: str, reference: str | None = None) -> str:
+def render(wide: pd.DataFrame, topics: list[str], output_format: str, reference: str | None = None,
+           about: dict | None = None) -> str:
     """The table as text (shared ranks marked `=`, the reference model named as such, the rank rule under it),
-    csv or json. `reference`: the pool's reference model where the method scores against it, else None."""
+    csv or json (one object: `about`'s keys, then `models`, the rows). `reference`: the pool's reference model where
+    the method scores against it, else None."""
     if output_format == "csv":
         return wide.to_csv(index=False, float_format="%.2f")
     if output_format == "json":
-        return wide.to_json(orient="records", indent=2, double_precision=4)
+        rows = json.loads(wide.to_json(orient="records", double_precision=4))
+        return json.dumps({**(about or {}), "models": rows}, indent=2, ensure_ascii=False)
     shared = wide["rank"].map(wide["rank"].value_counts()) > 1
     shown = pd.DataFrame({"rank": [f"{rank}{'=' if tie else ''}" for rank, tie in zip(wide["rank"], shared)],
                           "model": [f"{model} (reference)" if model == reference else model
@@ -247,6 +259,7 @@ class Leaderboard:
     rewards: pd.DataFrame | None = None  # the ad hoc rewards ranked (None under the default criteria)
     unranked: pd.DataFrame | None = None  # models left out for too little coverage, with the reason
     reference: str | None = None  # the pool's reference model (the usl methods score every model against it)
+    checkpoint_id: str | None = None  # the CRM that scored the rewards ranked
 
     @property
     def wide(self) -> pd.DataFrame:
@@ -271,7 +284,10 @@ def build_leaderboard(pool: str, topics: list[str], criteria: list[str], method:
         if long.empty:
             raise UslConfigError(f"pool {pool} has no {method} ranking under the default profile "
                                  "(is its reference model loaded? try --method bradley_terry)")
-        return Leaderboard(long, topics, unranked=published_unranked(pool, published), reference=reference)
+        checkpoints = read_published("SELECT DISTINCT checkpoint_id FROM leaderboard.response_scores WHERE pool = ? "
+                                     "AND profile = 'default'", [pool], path=published)["checkpoint_id"].dropna()
+        return Leaderboard(long, topics, unranked=published_unranked(pool, published), reference=reference,
+                           checkpoint_id=", ".join(sorted(checkpoints)) or None)
     if method not in METHODS:
         raise UslConfigError(f"method {method!r} ranks only the published default profile; your own criteria are "
                              f"ranked by {' or '.join(METHODS)}")
@@ -283,7 +299,8 @@ def build_leaderboard(pool: str, topics: list[str], criteria: list[str], method:
     unranked = adhoc_unranked(rewards)
     ranked = rewards[~rewards["model"].isin(unranked["model"])]
     long = adhoc_rankings(ranked, known, topics, method, reference, settings, usl_soft_temperature(published))
-    return Leaderboard(long, topics, scoring_seconds, int(unscored.sum()), rewards, unranked, reference)
+    return Leaderboard(long, topics, scoring_seconds, int(unscored.sum()), rewards, unranked, reference,
+                       rewards.attrs.get("checkpoint_id"))
 
 
 def explain_criteria(criteria: list[str]) -> str:
@@ -299,6 +316,16 @@ def explain_criteria(criteria: list[str]) -> str:
     return render_reading(read_criteria(load_scorer(usl_home()), criteria))
 
 
+def about(args: argparse.Namespace, board: Leaderboard) -> dict:
+    """What a JSON leaderboard says of itself: pool, method, criteria (null: each scenario's default criteria), the
+    CRM checkpoint, the reference model, the rank rule, and each column's prompt count (`all` and the topics)."""
+    prompts = board.long.groupby("scenario")["n_prompts"].max()
+    return {"pool": args.pool, "method": args.method, "criteria": list(args.criteria) or None,
+            "checkpoint_id": board.checkpoint_id, "reference_model": board.reference, "rank_rule": RANK_RULE,
+            "topics": [{"topic": topic, "n_prompts": int(prompts[topic]) if topic in prompts else 0}
+                       for topic in ["all", *board.topics]]}
+
+
 def show_leaderboard(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     settings = ranking.BootstrapSettings(usl_rounds=args.bootstrap_rounds, bt_rounds=args.bootstrap_rounds)
@@ -307,7 +334,7 @@ def show_leaderboard(args: argparse.Namespace) -> int:
         print(f"usl: {board.left_out} of {board.left_out + len(board.rewards)} responses got no finite reward and "
               "are left out", file=sys.stderr)
     reference = board.reference if args.method in ranking.PER_MODEL_METHODS else None  # scored against it
-    print(render(board.wide, board.topics, args.format, reference))
+    print(render(board.wide, board.topics, args.format, reference, about(args, board)))
     if len(board.unranked):
         print(render_unranked(board.unranked), file=sys.stdout if args.format == "table" else sys.stderr)
     if getattr(args, "explain", False):  # csv and json keep stdout for the table alone

@@ -9,9 +9,8 @@ from usl_assets.settings import UslConfigError, usl_home
 CONCURRENCY = 8  # requests a page handles at once (scoring itself takes them one at a time)
 
 
-def add_parsers(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("serve", help="the leaderboard web page (default, customizable, compare tabs) "
-                                                 "on the published warehouse")
+def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
+    """The arguments of `usl serve`."""
     parser.add_argument("--port", type=int, default=7860, help="port to listen on (default 7860)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--published", default="", metavar="PATH",

@@ -20,11 +20,8 @@ from usl_assets.settings import UslConfigError
 from usl_assets.slot_wait import DEFAULT_WAIT_TIMEOUT_S, SlotWait, add_wait_timeout_flag
 
 
-def add_parsers(subparsers: argparse._SubParsersAction) -> None:
-    add = subparsers.add_parser(
-        "add-model",
-        help="add a model's answers (AlpacaEval model_outputs.json or MT-Bench model_answer JSONL) to a pool",
-    )
+def add_arguments(command: str, add: argparse.ArgumentParser) -> None:
+    """The arguments of `usl add-model`."""
     add.add_argument("--pool", required=True, help=f"the pool the file answers: {' or '.join(pools.POOLS)}")
     add.add_argument("file", type=Path, help="the model's file (.json / .json.gz for alpaca_eval, .jsonl for mt_bench)")
     add.add_argument("--model", default=None, help="the model's name (default: the file name, or its generator)")

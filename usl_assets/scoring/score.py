@@ -235,6 +235,6 @@ def adhoc_rewards(target, scorer: RewardScorer, pool: str, criteria: list[str],
     rewards, stats = rewards_for(store, scorer, requests, batch_size, progress, log)
     scored = requests.merge(rewards, on=["criteria_hash", "input_hash"], how="left")[ADHOC_COLUMNS]
     # Non-finite rewards stay NaN (the caller shows them); they are never cached, so a rerun scores them again.
-    scored.attrs.update(stats=stats, profile=profile["profile"],
+    scored.attrs.update(stats=stats, profile=profile["profile"], checkpoint_id=scorer.checkpoint_id,
                         non_finite=int((~np.isfinite(scored["reward"].to_numpy(dtype=float))).sum()))
     return scored

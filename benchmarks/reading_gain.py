@@ -1,0 +1,120 @@
+"""How strongly should a criterion the linear CRM reads move the ranking? A dev measure for the next lever of
+criteria fidelity (docs/crm.md, run 19): the default checkpoint's gate columns that read the prototype reading
+(crm/criteria_prototypes.py) multiplied by a gain at scoring time, nothing retrained, then
+
+- dev fidelity: Spearman over models between usl_soft point scores (the calibrated temperature of crm.calibration)
+  under each phrasing and the property measured on the models' answers, on a pool that is no response pool: the
+  AI judge's models outside both pools (and not AlpacaEval's made-up ones) on 200 seeded AlpacaEval prompts,
+  reference claude-2, under the phrasings of `--phrasings` (crm/phrasings.py pools; default new_criteria: the
+  last phrasing of each train family, never in a training row);
+- for the record, the same on each response pool under the held-out families' phrasings of the trained properties
+  (what leaderboard.criteria_fidelity measures at gain 1).
+
+    USL_DATA_DIR=../shared/data .venv/bin/python benchmarks/reading_gain.py [--home .usl] [--gains 1,2,3,4]
+
+Needs a `make run` warehouse (published copy) and its linear checkpoint; a few minutes on 2 cores.
+"""
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from usl_assets.crm import properties
+from usl_assets.crm.scorer import default_checkpoint, load_scorer
+from usl_assets.crm.splits import PairsConfig
+from usl_assets.leaderboards import audits
+from usl_assets.leaderboards.audit_assets import SAMPLED_ANSWERS
+
+DEV_REFERENCE, DEV_PROMPTS = "claude-2", 200
+MADE_UP = {"gpt4_gamed", "example", "alpaca-7b_concise", "alpaca-7b_verbose"}
+KEY = ["pool", "prompt_id", "model", "scenario", "scenario_group"]
+
+
+def dev_answers(con, pool_models: set[str]) -> pd.DataFrame:
+    judged = con.execute("""SELECT instruction->>'$' AS prompt, generator_2->>'$' AS model, output_2->>'$' AS response
+                            FROM raw.alpaca_eval_judgments WHERE raw_error IS NULL""").df()
+    judged = judged.dropna().drop_duplicates(["prompt", "model"])
+    judged = judged[~judged["model"].isin(pool_models | MADE_UP)]
+    chosen = set(np.random.default_rng(0).choice(sorted(judged["prompt"].unique()), DEV_PROMPTS, replace=False))
+    judged = judged[judged["prompt"].isin(chosen)]
+    complete = judged.groupby("model")["prompt"].nunique()
+    judged = judged[judged["model"].isin(complete[complete == DEV_PROMPTS].index)]
+    ids = {prompt: str(i) for i, prompt in enumerate(sorted(chosen))}
+    return judged.assign(pool="dev", prompt_id=judged["prompt"].map(ids), scenario="all",
+                         scenario_group="all").reset_index(drop=True)
+
+
+def fidelity(scorer, answers: pd.DataFrame, reference: str, phrasings: list[tuple[str, str, str]], gains: list[float],
+             temperature: float) -> pd.DataFrame:
+    """(gain, property, direction, spearman) per phrasing (property, direction, text) and gain."""
+    weights = scorer.weights
+    rows = scorer.embed_responses(list(answers["prompt"]), list(answers["response"]))
+    scaled = (rows[:, 1:][:, weights.columns].astype(float) - weights.feature_mean) / weights.feature_std
+    means = audits.property_values(answers, list(properties.PROPERTIES), properties.property_value) \
+        .groupby(answers["model"]).mean()
+    texts = [text for *_, text in phrasings]
+    criteria = np.asarray(scorer.embed_criteria([(text,) for text in texts]), np.float64)
+    first = criteria.shape[1] - len(scorer.encoder.bank.directions)  # the reading's columns come last
+    found = []
+    for gain in gains:
+        rewards = []
+        for text, vector in zip(texts, criteria):
+            coefficients = weights.v + weights.gate[:, :first] @ vector[:first] + gain * (
+                weights.gate[:, first:] @ vector[first:])
+            rewards.append(answers[KEY].assign(profile=text, reward=rows[:, 0].astype(float) + scaled @ coefficients))
+        scores = audits.point_scores(pd.concat(rewards, ignore_index=True), reference, temperature)
+        for name, direction, text in phrasings:
+            sign = -1.0 if direction == "less" else 1.0
+            found.append((gain, name, direction, audits.spearman(scores.loc[text], sign * means[name])))
+    return pd.DataFrame(found, columns=["gain", "property", "direction", "spearman"])
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    return table.groupby("gain")["spearman"].agg(median="median", below_0_5=lambda s: int((s < 0.5).sum()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--home", default=os.environ.get("USL_HOME", ".usl"))
+    parser.add_argument("--gains", default="1,1.5,2,3,4")
+    parser.add_argument("--phrasings", default="new_criteria", choices=["train", "new_criteria"])
+    args = parser.parse_args()
+    home, started = Path(args.home), time.perf_counter()
+    gains = [float(g) for g in args.gains.split(",")]
+    scorer = load_scorer(default_checkpoint(home))
+    if getattr(scorer, "weights", None) is None or scorer.encoder.bank is None:
+        raise SystemExit("reading_gain: the default CRM is not a linear CRM with a prototype bank")
+    with duckdb.connect(str(home / "published" / "warehouse.duckdb"), read_only=True) as con:
+        temperature = float(con.execute("SELECT temperature FROM crm.calibration").fetchone()[0])
+        pools = con.execute("SELECT pool, reference_model FROM leaderboard.reference_models ORDER BY pool").fetchall()
+        pool_models = set(con.execute("SELECT DISTINCT model FROM responses.responses").df()["model"])
+        dev = dev_answers(con, pool_models)
+        ranked = {pool: con.execute(SAMPLED_ANSWERS, [pool]).df() for pool, _ in pools}
+        standing = con.execute("SELECT pool, model FROM leaderboard.rankings WHERE profile = 'default' AND "
+                               "scenario = 'all' AND method = 'usl_soft'").df()
+    dev_phrasings = [(name, direction, text) for name, prop in properties.PROPERTIES.items()
+                     for direction in ("more", "less") for text in prop.phrasings(direction, args.phrasings)]
+    print(f"dev pool: {dev['model'].nunique()} judged models × {DEV_PROMPTS} prompts, reference {DEV_REFERENCE}, "
+          f"{len(dev_phrasings)} {args.phrasings} phrasings, temperature {temperature:.3f}")
+    table = fidelity(scorer, dev, DEV_REFERENCE, dev_phrasings, gains, temperature)
+    print(summary(table).round(3).to_string())
+    print(table.pivot_table(index=["property", "direction"], columns="gain", values="spearman",
+                            aggfunc="median").round(2).to_string())
+    untrained = set(PairsConfig().heldout_properties)
+    held = [(name, direction, text) for name, direction, _, text in properties.heldout_phrasings()
+            if name not in untrained]
+    for pool, reference in pools:
+        answers = ranked[pool]
+        answers = answers[answers["model"].isin(standing[standing["pool"] == pool]["model"])].reset_index(drop=True)
+        print(f"\n{pool}: held-out families' phrasings of the trained properties ({len(held)}), for the record")
+        print(summary(fidelity(scorer, answers, reference, held, gains, temperature)).round(3).to_string())
+    print(f"\n{time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
