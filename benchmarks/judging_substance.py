@@ -251,18 +251,18 @@ def fidelity(weights, vectors_of, pool: pd.DataFrame, pool_name: str) -> None:
 
 
 DEV_REFERENCE, DEV_PROMPTS = "claude-2", 200
+MADE_UP = {"gpt4_gamed", "example", "alpaca-7b_concise", "alpaca-7b_verbose"}  # AlpacaEval's own probes
 
 
 def dev_pool(home: Path, pool_models: set[str]) -> pd.DataFrame:
     """The AI judge's compared answers of the models in no response pool (nor AlpacaEval's made-up ones), on
-    DEV_PROMPTS seeded prompts that every one of them answered."""
+    DEV_PROMPTS seeded prompts that every one of them answered (also benchmarks/reading_gain.py's dev pool)."""
     with duckdb.connect(str(home / "published" / "warehouse.duckdb"), read_only=True) as con:
         judged = con.execute("""SELECT instruction->>'$' AS prompt, generator_2->>'$' AS model,
                                        output_2->>'$' AS response
                                 FROM raw.alpaca_eval_judgments WHERE raw_error IS NULL""").df()
-    made_up = {"gpt4_gamed", "example", "alpaca-7b_concise", "alpaca-7b_verbose"}
     judged = judged.dropna().drop_duplicates(["prompt", "model"])
-    judged = judged[~judged["model"].isin(pool_models | made_up)]
+    judged = judged[~judged["model"].isin(pool_models | MADE_UP)]
     chosen = set(np.random.default_rng(0).choice(sorted(judged["prompt"].unique()), DEV_PROMPTS, replace=False))
     judged = judged[judged["prompt"].isin(chosen)]
     complete = judged.groupby("model")["prompt"].nunique()
@@ -272,13 +272,13 @@ def dev_pool(home: Path, pool_models: set[str]) -> pd.DataFrame:
 
 
 def dev_fidelity(weights, vectors_of, pool: pd.DataFrame) -> None:
-    from usl_assets.crm.properties import PROPERTIES
+    from usl_assets.crm.properties import PROPERTIES, property_value
 
     rows = weights.response_rows(list(pool["prompt"]), list(pool["response"]))
     counts = [response_counts(text) for text in pool["response"]]
     found = []
     for prop, rule in PROPERTIES.items():
-        values = pd.Series([property_value_of(prop, c) for c in counts])
+        values = pd.Series([property_value(prop, c) for c in counts])
         target_of = pool.assign(value=values).groupby("model")["value"].mean()
         for direction, sign in (("more", 1.0), ("less", -1.0)):
             standard = (values - values.mean()) / max(values.std(), 1e-9)
@@ -293,12 +293,6 @@ def dev_fidelity(weights, vectors_of, pool: pd.DataFrame) -> None:
           f"{len(table)} train phrasings): median {table['spearman'].median():.3f}, below 0.5: "
           f"{(table['spearman'] < 0.5).sum()}; ranking by the property itself: median {table['ceiling'].median():.3f}")
     print(table.groupby(["property", "direction"])[["spearman", "ceiling"]].median().round(2).unstack().to_string())
-
-
-def property_value_of(name: str, counts: dict) -> float:
-    from usl_assets.crm.properties import property_value
-
-    return property_value(name, counts)
 
 
 if __name__ == "__main__":

@@ -30,23 +30,14 @@ from usl_assets.crm.splits import PairsConfig
 from usl_assets.leaderboards import audits
 from usl_assets.leaderboards.audit_assets import SAMPLED_ANSWERS
 
-DEV_REFERENCE, DEV_PROMPTS = "claude-2", 200
-MADE_UP = {"gpt4_gamed", "example", "alpaca-7b_concise", "alpaca-7b_verbose"}
+from judging_substance import DEV_PROMPTS, DEV_REFERENCE, dev_pool
+
 KEY = ["pool", "prompt_id", "model", "scenario", "scenario_group"]
 
 
-def dev_answers(con, pool_models: set[str]) -> pd.DataFrame:
-    judged = con.execute("""SELECT instruction->>'$' AS prompt, generator_2->>'$' AS model, output_2->>'$' AS response
-                            FROM raw.alpaca_eval_judgments WHERE raw_error IS NULL""").df()
-    judged = judged.dropna().drop_duplicates(["prompt", "model"])
-    judged = judged[~judged["model"].isin(pool_models | MADE_UP)]
-    chosen = set(np.random.default_rng(0).choice(sorted(judged["prompt"].unique()), DEV_PROMPTS, replace=False))
-    judged = judged[judged["prompt"].isin(chosen)]
-    complete = judged.groupby("model")["prompt"].nunique()
-    judged = judged[judged["model"].isin(complete[complete == DEV_PROMPTS].index)]
-    ids = {prompt: str(i) for i, prompt in enumerate(sorted(chosen))}
-    return judged.assign(pool="dev", prompt_id=judged["prompt"].map(ids), scenario="all",
-                         scenario_group="all").reset_index(drop=True)
+def dev_answers(home: Path, pool_models: set[str]) -> pd.DataFrame:
+    """judging_substance.dev_pool's answers, shaped like a pool's for point_scores."""
+    return dev_pool(home, pool_models).assign(pool="dev", scenario="all", scenario_group="all")
 
 
 def fidelity(scorer, answers: pd.DataFrame, reference: str, phrasings: list[tuple[str, str, str]], gains: list[float],
@@ -93,10 +84,10 @@ def main() -> None:
         temperature = float(con.execute("SELECT temperature FROM crm.calibration").fetchone()[0])
         pools = con.execute("SELECT pool, reference_model FROM leaderboard.reference_models ORDER BY pool").fetchall()
         pool_models = set(con.execute("SELECT DISTINCT model FROM responses.responses").df()["model"])
-        dev = dev_answers(con, pool_models)
         ranked = {pool: con.execute(SAMPLED_ANSWERS, [pool]).df() for pool, _ in pools}
         standing = con.execute("SELECT pool, model FROM leaderboard.rankings WHERE profile = 'default' AND "
                                "scenario = 'all' AND method = 'usl_soft'").df()
+    dev = dev_answers(home, pool_models)
     dev_phrasings = [(name, direction, text) for name, prop in properties.PROPERTIES.items()
                      for direction in ("more", "less") for text in prop.phrasings(direction, args.phrasings)]
     print(f"dev pool: {dev['model'].nunique()} judged models × {DEV_PROMPTS} prompts, reference {DEV_REFERENCE}, "
