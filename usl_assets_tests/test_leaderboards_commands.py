@@ -38,9 +38,10 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 def test_table_shows_overall_and_topic_columns_with_intervals(published_home, capsys):
     code, out, _ = run(capsys, "--pool", "alpaca_eval", "--topic", "Code", "--topic", "open_question")
     assert code == 0
-    header, *rows, legend, latency = out.splitlines()
-    assert header.split() == ["rank", "model", "overall", "Code", "open_question"]
+    header, *rows, note, legend, latency = out.splitlines()
+    assert header.split() == ["rank", "model", "overall", "Code", "open_question", "Code", "+", "open_question"]
     assert len(rows) == len(ALPACA_MODELS)
+    assert note.startswith("ranked by Code + open_question: ") and "too few prompts to separate" in note
     assert re.search(r"gpt4_1106_preview \(reference\)\s+50\.0 \[50\.0, 50\.0\]", out)
     assert latency.startswith("latency: ")
     # the rank rule is stated, shared ranks are marked, the reference is named as such
@@ -62,7 +63,13 @@ def test_csv_and_json_match_the_published_rankings(published_home, capsys):
         "SELECT model, score FROM leaderboard.rankings WHERE pool = 'alpaca_eval' AND profile = 'default' "
         "AND method = 'usl_soft' AND scenario = 'Code'").set_index("model")["score"]  # the default method
     assert table["Code"].to_dict() == pytest.approx(published.round(2).to_dict(), abs=0.006)
-    assert list(table.columns[:4]) == ["rank", "overall", "overall_low", "overall_high"]
+    assert list(table.columns[:5]) == ["rank", "n_prompts", "overall", "overall_low", "overall_high"]
+    code_ranks = Warehouse(path=str(published_home / "published" / "warehouse.duckdb")).query(
+        "SELECT model, rank, n_prompts FROM leaderboard.rankings WHERE pool = 'alpaca_eval' AND profile = 'default' "
+        "AND method = 'usl_soft' AND scenario = 'Code'").set_index("model")
+    assert table["rank"].to_dict() == code_ranks["rank"].to_dict()  # one topic: ranked by its prompts
+    assert table["n_prompts"].to_dict() == code_ranks["n_prompts"].to_dict()
+    assert list(table["rank"]) == sorted(table["rank"])  # best first by the topic's rank
     code, out, _ = run(capsys, "--pool", "mt_bench", "--format", "json", "--method", "bradley_terry")
     document = json.loads(out)
     assert code == 0 and {r["model"] for r in document["models"]} == {"gpt-4", "gpt-3.5-turbo", "vicuna-13b-v1.3",
@@ -97,7 +104,11 @@ def test_own_criteria_are_scored_then_ranked(published_home, capsys, shared_data
     assert code == 0, err
     table = pd.read_csv(io.StringIO(out)).set_index("model")
     assert set(table.index) == set(ALPACA_MODELS)
-    assert table.loc["gpt4_1106_preview", "Code"] == 50.0 and table["n_prompts"].eq(30).all()
+    code_prompts = Warehouse(path=str(published_home / "published" / "warehouse.duckdb")).query(
+        "SELECT count(DISTINCT prompt_id) AS n FROM leaderboard.response_scores WHERE pool = 'alpaca_eval' "
+        "AND scenario_group = 'Code'")["n"].item()
+    assert table.loc["gpt4_1106_preview", "Code"] == 50.0 and table["n_prompts"].eq(code_prompts).all()
+    assert 0 < code_prompts < 30  # ranked over Code's prompts, not the pool's 30
     assert ((table["overall_low"] <= table["overall"]) & (table["overall"] <= table["overall_high"])).all()
     live = Warehouse(path=str(published_home / "warehouse.duckdb"))
     assert not live.table_exists("scoring.reward_cache")  # the file Dagster writes is never touched
@@ -127,11 +138,42 @@ def test_rewards_ranked_on_demand_score_as_the_assets_score_them(published_home,
     assets = warehouse.query(
         "SELECT scenario, model, score, n_prompts FROM leaderboard.rankings WHERE pool = 'alpaca_eval' "
         "AND profile = 'default' AND method = ? AND scenario IN ('all', 'Code', 'open_question')", [method])
-    on_demand = board.long[["scenario", "model", "score", "n_prompts"]]
+    on_demand = board.long.loc[board.long["scenario"] != "Code + open_question", ["scenario", "model", "score",
+                                                                                    "n_prompts"]]
     key = ["scenario", "model"]
     assert len(assets) == 3 * len(ALPACA_MODELS)
     pd.testing.assert_frame_equal(on_demand.sort_values(key, ignore_index=True),
                                   assets.sort_values(key, ignore_index=True), check_dtype=False, rtol=1e-9)
+
+
+def test_several_topics_rank_by_their_pooled_prompts(published_home):
+    """Two topics: the rank is over both topics' prompts together, under the default criteria ranked from the
+    published rewards exactly as the same rewards are ranked on demand; one topic: the published topic ranking."""
+    from usl_assets.leaderboards.commands import build_leaderboard, scope_note
+    from usl_assets.leaderboards.ranking import BootstrapSettings
+
+    published = published_home / "published" / "warehouse.duckdb"
+    warehouse = Warehouse(path=str(published))
+    rewards = warehouse.query("SELECT pool, prompt_id, model, scenario, length_chars, reward FROM "
+                              "leaderboard.response_scores WHERE pool = 'alpaca_eval' AND profile = 'default'")
+    settings = BootstrapSettings(usl_rounds=50, bt_rounds=5)
+    topics = ["Code", "open_question"]
+    default = build_leaderboard("alpaca_eval", topics, [], "usl_soft", settings, published=published)
+    on_demand = build_leaderboard("alpaca_eval", topics, ["Any criterion."], "usl_soft", settings,
+                                  score=lambda pool, _: rewards, published=published)
+    assert default.scope == on_demand.scope == "Code + open_question"
+    pooled = [board.long[board.long["scenario"] == board.scope].set_index("model").sort_index()
+              for board in (default, on_demand)]
+    pd.testing.assert_frame_equal(*pooled, check_dtype=False, check_like=True)
+    n_code, n_open = (default.long[default.long["scenario"] == t]["n_prompts"].max() for t in topics)
+    assert pooled[0]["n_prompts"].max() == n_code + n_open  # the topics' prompts, pooled
+    assert default.wide["rank"].tolist() == sorted(pooled[0]["rank"])  # ordered by the pooled rank
+    assert default.wide.set_index("model")["rank"].to_dict() == pooled[0]["rank"].to_dict()
+    overall = build_leaderboard("alpaca_eval", topics, [], "usl_soft", settings, published=published,
+                                rank_by_topics=False)
+    ranks = overall.long[overall.long["scenario"] == "all"].set_index("model")["rank"]
+    assert overall.wide.set_index("model")["rank"].to_dict() == ranks.to_dict()  # the page's default tab
+    assert "too few prompts" not in scope_note(overall.long, "all")
 
 
 EXPLAINED = ["The user prefers brief answers.", "The user prefers thorough, detailed answers.", "qwz zzz"]
@@ -245,3 +287,41 @@ def test_a_new_criterion_reuses_the_response_rows_scoring_published(linear_home,
     key = ["prompt_id", "model"]
     assert reused.sort_values(key)["reward"].to_numpy() == pytest.approx(fresh.sort_values(key)["reward"].to_numpy(),
                                                                           rel=1e-5)
+
+
+def test_explain_model_splits_its_reward_gap_to_the_reference_into_the_crm_terms(linear_home, monkeypatch, capsys):
+    """--explain MODEL: the model's mean reward difference against the reference, over the prompts ranked, split into
+    the linear CRM's terms; the terms add up to the reward scoring gave each answer, and the total to the mean
+    difference of the rewards the ranking used."""
+    from usl_assets.leaderboards.commands import score_in_warehouse
+    from usl_assets.leaderboards.explain import NGRAM_TERM, reward_terms
+    from usl_assets.scoring.score import load_scorer
+
+    monkeypatch.setenv("USL_HOME", str(linear_home))
+    model = next(m for m in ALPACA_MODELS if m != "gpt4_1106_preview")
+    code, out, err = run(capsys, *explained_argv("--topic", "Code", "--explain", model))
+    assert code == 0, err
+    assert f"why {model} ranks here: its reward against gpt4_1106_preview's (the reference)" in out
+    assert "(Code)" in out and "how the CRM reads the criteria" in out  # the reading comes with it
+    rewards = score_in_warehouse("alpaca_eval", EXPLAINED)
+    code_rewards = rewards[rewards["prompt_id"].isin(
+        Warehouse(path=str(linear_home / "published" / "warehouse.duckdb")).query(
+            "SELECT prompt_id FROM responses.responses WHERE pool = 'alpaca_eval' AND scenario_group = 'Code'"
+        )["prompt_id"])].pivot(index="prompt_id", columns="model", values="reward")
+    gap = (code_rewards[model] - code_rewards["gpt4_1106_preview"]).mean()
+    shown = float(re.search(r"reward difference ([+-][0-9.]+) on average", out).group(1))
+    assert shown == pytest.approx(gap, abs=6e-4)
+    terms = re.findall(r"^    (.+?)\s+([+-][0-9.]+)  \(\d+% of the moves\)$", out, flags=re.M)
+    assert NGRAM_TERM in dict(terms) and "length" in dict(terms)
+    assert sum(float(value) for _, value in terms) == pytest.approx(shown, abs=0.002 * len(terms))
+
+    scorer = load_scorer(linear_home)  # the terms of any answer add up to its reward
+    rows = scorer.embed_responses(["Say hi.", "Sort a list in Python."], ["Hi!", "Use `sorted(xs)`.\n\n- one\n- two"])
+    vector = scorer.embed_criteria([tuple(EXPLAINED)])
+    assert reward_terms(scorer.weights, rows, vector).sum(axis=1).to_numpy() == pytest.approx(
+        scorer.score_embedded(rows, vector[0]), abs=1e-4)
+
+    code, out, _ = run(capsys, *explained_argv("--explain", "gpt4_1106_preview"))
+    assert code == 0 and "it is the pool's reference model" in out
+    code, out, err = run(capsys, *explained_argv("--explain", "no-such-model"))
+    assert code == 2 and out == "" and len(err.splitlines()) == 1 and "not a ranked model of pool alpaca_eval" in err

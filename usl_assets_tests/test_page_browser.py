@@ -6,6 +6,7 @@ Screenshots of each tab go to docs/screenshots/ when USL_UPDATE_SCREENSHOTS=1, e
 
 import io
 import os
+import re
 from pathlib import Path
 
 import duckdb
@@ -92,6 +93,11 @@ def test_default_tab_shows_the_published_rankings(page, page_home, page_url, scr
         assert float(table.loc[row.model, row.scenario]) == pytest.approx(row.score, abs=0.051)
     assert page.locator("#chart-default img, #chart-default svg, #chart-default canvas").count() > 0
     assert "External validity" in page.locator("#validity").inner_text()
+    status = page.locator("#status-default").inner_text()  # the rank rule and the reference, stated on the page
+    assert "Rank: 1 + the number of models whose 95% interval lies wholly above" in status
+    assert "gpt4_1106_preview is the reference every other model is compared with" in status
+    shared = (overall["rank"].value_counts() > 1).sum()
+    assert (f"Here {shared} ranks are shared." in status) == (shared > 0)
     page.screenshot(path=str(screenshot_dir / "page_default.png"), full_page=True)
     hosts = {url.split("/")[2] for url in page.requested if url.startswith("http")}
     assert hosts == {page_url.split("/")[2]}  # no CDN, no fonts, no analytics: everything from the page itself
@@ -116,7 +122,8 @@ def test_custom_tab_ranks_typed_criteria_as_usl_leaderboard_does(page, page_home
                            timeout=240_000)
     shown = read_table(page, "table-custom").set_index("model")
     header = page.locator("#header-custom").inner_text()
-    assert "#Examples 30" in header and f"#Models {len(ALPACA_MODELS)}" in header
+    assert f"#Models {len(ALPACA_MODELS)}" in header and "**Ranked over**" not in header  # rendered, not raw
+    assert "Ranked over Code" in header
     page.screenshot(path=str(screenshot_dir / "page_custom.png"), full_page=True)
     page.wait_for_function("() => document.querySelector('#reading-custom').innerText.includes('linear CRM')")
     assert "this checkpoint is factorized" in page.locator("#reading-custom").inner_text()  # no reading to show
@@ -125,6 +132,9 @@ def test_custom_tab_ranks_typed_criteria_as_usl_leaderboard_does(page, page_home
     assert main([*argv, *[part for line in CRITERIA for part in ("--criteria", line)]]) == 0
     cli = pd.read_csv(io.StringIO(capsys.readouterr().out)).set_index("model")
     assert set(shown.index) == set(cli.index) == set(ALPACA_MODELS)
+    n_code = int(cli["n_prompts"].max())
+    assert f"#Examples {n_code}" in header and n_code < 30  # ranked over Code's prompts, not the pool's 30
+    assert list(shown.columns[2:4]) == ["Code", "Code 95% interval"]  # the ranked-by column first
     for model, row in cli.iterrows():
         assert int(shown.loc[model, "rank"]) == row["rank"]
         assert float(shown.loc[model, "overall"]) == pytest.approx(row["overall"], abs=0.051)
@@ -132,7 +142,7 @@ def test_custom_tab_ranks_typed_criteria_as_usl_leaderboard_does(page, page_home
         low, high = map(float, shown.loc[model, "overall 95% interval"].strip("[]").split(", "))
         assert (low, high) == pytest.approx((row["overall_low"], row["overall_high"]), abs=0.051)
     default = published_rankings(page_home, "alpaca_eval")
-    default_rank = default[default["scenario"] == "all"].set_index("model")["rank"]
+    default_rank = default[default["scenario"] == "Code"].set_index("model")["rank"]  # over the same prompts
     for model, row in shown.iterrows():
         moved = int(default_rank[model]) - int(row["rank"])
         assert row["vs default"] == ("=" if moved == 0 else f"▲ {moved}" if moved > 0 else f"▼ {-moved}")
@@ -217,5 +227,38 @@ def test_compare_tab_shows_both_responses_with_rewards(page, page_home, screensh
                                 ).fetchone()[0]
     assert response_a == expected
     assert page.locator("#reward-b").inner_text().startswith("reward")
-    assert "wins" in page.locator("#verdict").inner_text() or "equal" in page.locator("#verdict").inner_text()
+    verdict = page.locator("#verdict").inner_text()
+    assert "wins" in verdict or "equal" in verdict
+    assert "Criteria applied:" in verdict and "σ(d/" in verdict  # the criteria and the scale are stated
+    assert "No breakdown: the factorized CRM" in verdict
+    rendered = page.locator("#rendered-a").inner_text()  # the answer rendered, its raw text under it
+    assert rendered.split()[:3] == expected.replace("*", "").replace("#", "").split()[:3]
+    assert page.locator("#topic-compare input").input_value() == "any topic"  # the topic list starts filled
     page.screenshot(path=str(screenshot_dir / "page_compare.png"), full_page=True)
+
+
+def test_compare_tab_breaks_the_linear_crm_rewards_into_terms(browser, linear_page_url, linear_checkpoint):
+    """With the linear CRM the verdict lists the reward terms that separate the two answers, the same numbers as
+    leaderboards/explain.reward_terms gives for those answers."""
+    from usl_assets.crm.scorer import load_scorer
+    from usl_assets.leaderboards.explain import reward_terms
+
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    tab = context.new_page()
+    tab.goto(linear_page_url, wait_until="networkidle")
+    tab.get_by_role("tab", name="Compare two models").click()
+    tab.locator("#run-compare").click()
+    tab.wait_for_function("() => document.querySelector('#verdict').innerText.includes('What separates them')",
+                          timeout=240_000)
+    verdict = tab.locator("#verdict").inner_text()
+    prompt = tab.locator("#prompt-text textarea").input_value()
+    answers = [tab.locator(f"#response-{side} textarea").input_value() for side in "ab"]
+    context.close()
+    scorer = load_scorer(linear_checkpoint)
+    criteria = re.search(r"Criteria applied: (.+)", verdict).group(1).split(" · ")
+    terms = reward_terms(scorer.weights, scorer.embed_responses([prompt] * 2, answers),
+                         scorer.embed_criteria([tuple(c.strip("“”") for c in criteria)]))
+    gaps = (terms.iloc[0] - terms.iloc[1]).sort_values(key=abs, ascending=False)
+    shown = dict(re.findall(r"^(?:- )?(.+?): ([+-][0-9.]+)$", verdict, flags=re.M))
+    top = gaps.index[0]
+    assert float(shown[top]) == pytest.approx(gaps[top], abs=1.5e-3)

@@ -29,7 +29,9 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
     parser.description = f"Rank a pool's models overall and per topic. {RANK_RULE}"
     parser.add_argument("--pool", required=True, help="response pool, e.g. alpaca_eval or mt_bench")
     parser.add_argument("--topic", action="append", default=[], metavar="T",
-                        help="a scenario (e.g. code_generation) or scenario group (e.g. Code); repeatable")
+                        help="a scenario (e.g. code_generation) or scenario group (e.g. Code); repeatable. The "
+                             "ranking (rank, order, interval, prompt count) is then over the chosen topics' prompts, "
+                             "several topics pooled; the overall score stays beside it")
     parser.add_argument("--criteria", action="append", default=[], metavar="TEXT",
                         help="one criterion of yours (repeatable); omitted: each scenario's default criteria")
     parser.add_argument("--format", choices=FORMATS, default="table")
@@ -38,12 +40,14 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
                              "the paper's hard wins; usl_lc: length-controlled win rate; bradley_terry: ratings "
                              "(docs/leaderboards.md)")
     parser.add_argument("--bootstrap-rounds", type=positive_int, default=1000, help="resamples for the intervals")
-    parser.add_argument("--explain", action="store_true",
+    parser.add_argument("--explain", nargs="?", const=True, default=False, metavar="MODEL",
                         help="also print how the CRM reads your --criteria: per property (length, structure, "
                              "code…) whether the reward now weighs it more (↑) or less (↓) than it does for an "
                              "unrelated sentence, for each criterion and for the set, with warnings (criteria "
-                             "read as almost nothing, criteria pulling one property both ways); linear CRM, "
-                             "docs/leaderboards.md")
+                             "read as almost nothing, criteria pulling one property both ways); with MODEL, also "
+                             "why MODEL ranks where it does: its reward against the reference model's, split "
+                             "into the CRM's terms (text score, length, structure, fit to the prompt…); linear "
+                             "CRM, docs/leaderboards.md")
     parser.set_defaults(handler=show_leaderboard)
 
 
@@ -175,11 +179,25 @@ def usl_soft_temperature(published: Path | None = None) -> float:
     return float(found["temperature"].iloc[0]) if len(found) else 1.0
 
 
+def scope_of(topics: list[str]) -> str:
+    """What a leaderboard ranks by: 'all' prompts, one topic, or several topics pooled ('Code + Math')."""
+    return "all" if not topics else topics[0] if len(topics) == 1 else " + ".join(topics)
+
+
+def slices_of(topics: list[str]) -> dict[str, list[str]]:
+    """The slices a leaderboard ranks: 'all', each topic, and the pooled topics when there are several
+    (name -> the scenarios or scenario groups whose prompts it holds; [] for every prompt)."""
+    slices = {"all": [], **{topic: [topic] for topic in topics}}
+    if len(topics) > 1:
+        slices[scope_of(topics)] = list(topics)
+    return slices
+
+
 def adhoc_rankings(rewards: pd.DataFrame, known: pd.DataFrame, topics: list[str], method: str,
                    reference_model: str | None, settings: ranking.BootstrapSettings,
-                   temperature: float = 1.0) -> pd.DataFrame:
-    """Rank ad hoc rewards (pool, prompt_id, model, scenario, reward, length_chars) overall and per topic, the
-    way the leaderboard assets do (ranking.score_method)."""
+                   temperature: float = 1.0, slices: dict[str, list[str]] | None = None) -> pd.DataFrame:
+    """Rank rewards (pool, prompt_id, model, scenario, reward, length_chars) overall, per topic and over the pooled
+    topics (`slices`, default slices_of(topics)), the way the leaderboard assets do (ranking.score_method)."""
     rewards = rewards.merge(known, on="scenario", how="left")
     if method != "bradley_terry":
         if reference_model is None or reference_model not in set(rewards["model"]):
@@ -189,31 +207,55 @@ def adhoc_rankings(rewards: pd.DataFrame, known: pd.DataFrame, topics: list[str]
     else:
         comparisons = pairs_from_rewards(rewards)
     parts = []
-    for topic in ["all", *topics]:
-        rows = comparisons if topic == "all" else comparisons[(comparisons["scenario"] == topic)
-                                                              | (comparisons["scenario_group"] == topic)]
-        rng = ranking.slice_rng(settings, "adhoc", method, topic)
+    for name, members in (slices_of(topics) if slices is None else slices).items():
+        rows = comparisons if not members else comparisons[comparisons["scenario"].isin(members)
+                                                             | comparisons["scenario_group"].isin(members)]
+        rng = ranking.slice_rng(settings, "adhoc", method, name)
         scores = ranking.score_method(method, rows, settings, rng, temperature)
-        parts.append(ranking.with_ranks(scores).assign(scenario=topic))
+        parts.append(ranking.with_ranks(scores).assign(scenario=name))
     return pd.concat(parts, ignore_index=True)
 
 
-def wide_table(long: pd.DataFrame, topics: list[str]) -> pd.DataFrame:
-    """One row per model: rank, overall score with interval, then each topic's score with interval."""
-    overall = long[long["scenario"] == "all"].set_index("model")
-    wide = pd.DataFrame({"rank": overall["rank"], "overall": overall["score"], "overall_low": overall["ci_low"],
-                         "overall_high": overall["ci_high"], "n_prompts": overall["n_prompts"]})
-    for topic in topics:
-        part = long[long["scenario"] == topic].set_index("model")
-        wide[topic] = part["score"]
-        wide[f"{topic}_low"] = part["ci_low"]
-        wide[f"{topic}_high"] = part["ci_high"]
-    wide = wide.sort_values(["rank", "overall"], ascending=[True, False])
+def columns_of(topics: list[str]) -> list[str]:
+    """The score columns of a leaderboard: overall, each topic, then the pooled topics when there are several."""
+    return ["overall", *topics, *([scope_of(topics)] if len(topics) > 1 else [])]
+
+
+def wide_table(long: pd.DataFrame, topics: list[str], scope: str = "all") -> pd.DataFrame:
+    """One row per model: rank and prompt count of the `scope` it is ranked by, then the overall score with its
+    interval, each topic's and the pooled topics'; best first."""
+    ranked = long[long["scenario"] == scope].set_index("model")
+    wide = pd.DataFrame({"rank": ranked["rank"], "n_prompts": ranked["n_prompts"]})
+    for column in columns_of(topics):
+        part = long[long["scenario"] == ("all" if column == "overall" else column)].set_index("model")
+        wide[column] = part["score"]
+        wide[f"{column}_low"] = part["ci_low"]
+        wide[f"{column}_high"] = part["ci_high"]
+    order = "overall" if scope == "all" else scope
+    wide = wide.sort_values(["rank", order], ascending=[True, False])
     return wide.reset_index(names="model")
 
 
+MIN_TOPIC_PROMPTS = 30  # fewer prompts than this rarely separate more than the best from the worst
+
+
+def scope_note(long: pd.DataFrame, scope: str) -> str:
+    """One line on what the ranking is over; it says so when the scope is too small to separate the models (fewer
+    than MIN_TOPIC_PROMPTS prompts, or most models sharing one rank)."""
+    ranked = long[long["scenario"] == scope]
+    if ranked.empty:
+        return ""
+    prompts, models = int(ranked["n_prompts"].max()), len(ranked)
+    shared = int(ranked["rank"].value_counts().max())
+    line = f"ranked by {'every prompt' if scope == 'all' else scope}: {prompts} prompts, {models} models"
+    if scope != "all" and (prompts < MIN_TOPIC_PROMPTS or shared > models / 2):
+        line += (f"; too few prompts to separate most models ({shared} of {models} share one rank): read the "
+                 "overall column too")
+    return line
+
+
 def render(wide: pd.DataFrame, topics: list[str], output_format: str, reference: str | None = None,
-           about: dict | None = None) -> str:
+           about: dict | None = None, note: str = "") -> str:
     """The table as text (shared ranks marked `=`, the reference model named as such, the rank rule under it),
     csv or json (one object: `about`'s keys, then `models`, the rows). `reference`: the pool's reference model where
     the method scores against it, else None."""
@@ -226,12 +268,12 @@ def render(wide: pd.DataFrame, topics: list[str], output_format: str, reference:
     shown = pd.DataFrame({"rank": [f"{rank}{'=' if tie else ''}" for rank, tie in zip(wide["rank"], shared)],
                           "model": [f"{model} (reference)" if model == reference else model
                                     for model in wide["model"]]})
-    for column in ["overall", *topics]:
+    for column in columns_of(topics):
         shown[column] = [_with_interval(s, lo, hi) for s, lo, hi in
                          zip(wide[column], wide[f"{column}_low"], wide[f"{column}_high"])]
     legend = RANK_RULE + (f" {reference} is the reference every other model is compared with: it scores 50 by "
                           "construction." if reference else "")
-    return shown.to_string(index=False) + "\n" + legend
+    return "\n".join([shown.to_string(index=False), *([note] if note else []), legend])
 
 
 def _with_interval(score: float, low: float, high: float) -> str:
@@ -260,20 +302,36 @@ class Leaderboard:
     unranked: pd.DataFrame | None = None  # models left out for too little coverage, with the reason
     reference: str | None = None  # the pool's reference model (the usl methods score every model against it)
     checkpoint_id: str | None = None  # the CRM that scored the rewards ranked
+    scope: str = "all"  # what the rank is over: 'all', the one topic, or the pooled topics (scope_of)
 
     @property
     def wide(self) -> pd.DataFrame:
-        return wide_table(self.long, self.topics)
+        return wide_table(self.long, self.topics, self.scope)
+
+    @property
+    def note(self) -> str:
+        return scope_note(self.long, self.scope)
+
+
+def published_rewards(pool: str, published: Path | None = None) -> pd.DataFrame:
+    """The default profile's rewards of the pool's ranked models (what leaderboard.rankings ranks)."""
+    return read_published(
+        "SELECT pool, prompt_id, model, scenario, reward, length_chars FROM leaderboard.response_scores "
+        "WHERE pool = ? AND profile = 'default' AND model NOT IN (SELECT model FROM leaderboard.unranked_models "
+        "WHERE pool = ?)", [pool, pool], path=published)
 
 
 def build_leaderboard(pool: str, topics: list[str], criteria: list[str], method: str,
                       settings: ranking.BootstrapSettings, score: ScoreCriteria = score_in_warehouse,
-                      published: Path | None = None) -> Leaderboard:
+                      published: Path | None = None, rank_by_topics: bool = True) -> Leaderboard:
     """A pool's leaderboard overall and per topic: the default profile's published rankings, or the user's
     criteria scored by `score` over the whole pool (the overall column ranks every prompt, as the published one
-    does) and ranked as the assets rank. `usl leaderboard` and the web page both call this."""
+    does) and ranked as the assets rank. With topics the rank is over their prompts (several pooled; the
+    published warehouse ranks each topic, the pooled ones are ranked here from its rewards); rank_by_topics False
+    keeps the overall rank with the topics as columns. `usl leaderboard` and the web page both call this."""
     check_criteria_text(criteria)
     topics = list(dict.fromkeys(topics))
+    scope = scope_of(topics) if rank_by_topics else "all"
     known = pool_topics(pool, published)
     check_topics(topics, known, pool)
     references = read_published("SELECT reference_model FROM leaderboard.reference_models WHERE pool = ?",
@@ -284,10 +342,14 @@ def build_leaderboard(pool: str, topics: list[str], criteria: list[str], method:
         if long.empty:
             raise UslConfigError(f"pool {pool} has no {method} ranking under the default profile "
                                  "(is its reference model loaded? try --method bradley_terry)")
+        if len(topics) > 1:  # the pooled topics: ranked from the published rewards the way the assets rank
+            pooled = adhoc_rankings(published_rewards(pool, published), known, topics, method, reference, settings,
+                                    usl_soft_temperature(published), slices={scope_of(topics): topics})
+            long = pd.concat([long, pooled[long.columns]], ignore_index=True)
         checkpoints = read_published("SELECT DISTINCT checkpoint_id FROM leaderboard.response_scores WHERE pool = ? "
                                      "AND profile = 'default'", [pool], path=published)["checkpoint_id"].dropna()
         return Leaderboard(long, topics, unranked=published_unranked(pool, published), reference=reference,
-                           checkpoint_id=", ".join(sorted(checkpoints)) or None)
+                           checkpoint_id=", ".join(sorted(checkpoints)) or None, scope=scope)
     if method not in METHODS:
         raise UslConfigError(f"method {method!r} ranks only the published default profile; your own criteria are "
                              f"ranked by {' or '.join(METHODS)}")
@@ -300,7 +362,7 @@ def build_leaderboard(pool: str, topics: list[str], criteria: list[str], method:
     ranked = rewards[~rewards["model"].isin(unranked["model"])]
     long = adhoc_rankings(ranked, known, topics, method, reference, settings, usl_soft_temperature(published))
     return Leaderboard(long, topics, scoring_seconds, int(unscored.sum()), rewards, unranked, reference,
-                       rewards.attrs.get("checkpoint_id"))
+                       rewards.attrs.get("checkpoint_id"), scope)
 
 
 def explain_criteria(criteria: list[str]) -> str:
@@ -322,23 +384,31 @@ def about(args: argparse.Namespace, board: Leaderboard) -> dict:
     prompts = board.long.groupby("scenario")["n_prompts"].max()
     return {"pool": args.pool, "method": args.method, "criteria": list(args.criteria) or None,
             "checkpoint_id": board.checkpoint_id, "reference_model": board.reference, "rank_rule": RANK_RULE,
+            "ranked_by": board.scope,
             "topics": [{"topic": topic, "n_prompts": int(prompts[topic]) if topic in prompts else 0}
-                       for topic in ["all", *board.topics]]}
+                       for topic in ["all", *board.topics, *([board.scope] if len(board.topics) > 1 else [])]]}
 
 
 def show_leaderboard(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     settings = ranking.BootstrapSettings(usl_rounds=args.bootstrap_rounds, bt_rounds=args.bootstrap_rounds)
     board = build_leaderboard(args.pool, args.topic, args.criteria, args.method, settings)
+    why = None
+    if isinstance(getattr(args, "explain", None), str):  # before any output: a bad MODEL is one line, no table
+        from usl_assets.leaderboards.explain import explain_model
+
+        why = explain_model(args.explain, board, args.pool, args.criteria)
     if board.left_out:
         print(f"usl: {board.left_out} of {board.left_out + len(board.rewards)} responses got no finite reward and "
               "are left out", file=sys.stderr)
     reference = board.reference if args.method in ranking.PER_MODEL_METHODS else None  # scored against it
-    print(render(board.wide, board.topics, args.format, reference, about(args, board)))
+    print(render(board.wide, board.topics, args.format, reference, about(args, board), board.note))
     if len(board.unranked):
         print(render_unranked(board.unranked), file=sys.stdout if args.format == "table" else sys.stderr)
     if getattr(args, "explain", False):  # csv and json keep stdout for the table alone
         print(explain_criteria(args.criteria), file=sys.stdout if args.format == "table" else sys.stderr)
+    if why:
+        print(why, file=sys.stdout if args.format == "table" else sys.stderr)
     elapsed = time.perf_counter() - started
     profile = f"{len(args.criteria)} criteria of yours" if args.criteria else "default criteria"
     print(f"latency: {elapsed:.2f} s (scoring {board.scoring_seconds:.2f} s; {profile}; {args.method})",

@@ -47,7 +47,8 @@ class Page:
             board = self.data.default_leaderboard(pool, method)
             chart = views.scores_chart(board, f"{pool} · default criteria · {method}")
             return (views.default_table(board), chart, views.validity_markdown(self.data.validity, pool),
-                    f"{len(board.wide)} models · default criteria (each prompt's scenario profile) · {method}")
+                    f"{len(board.wide)} models · default criteria (each prompt's scenario profile) · {method}  \n"
+                    f"{views.rank_legend(board, method)}")
         except Exception as error:  # noqa: BLE001 - every problem becomes a message on the page
             return EMPTY, None, "", problem_text(error)
 
@@ -87,7 +88,8 @@ class Page:
             progress(0, desc="scoring your criteria")
             result = self.data.custom_leaderboard(pool, topics, criteria, method, progress=True, log=heard)
             seconds = time.perf_counter() - started
-            header = views.custom_header(result.board, self.data.version, method, result.cached, seconds)
+            header = (views.custom_header(result.board, self.data.version, method, result.cached, seconds)
+                      + "  \n" + views.rank_legend(result.board, method))
             chart = views.scores_chart(result.board, f"{pool} · your {len(criteria)} criteria · {method}")
             return header, views.custom_table(result.board, result.default), chart, ""
         except Exception as error:  # noqa: BLE001
@@ -123,7 +125,7 @@ class Page:
         topics = [("any topic", ""), *[(t, t) for t in self.data.topic_names(pool)]]
         first = prompts[0][1] if prompts else None
         return (gr.update(choices=prompts, value=first), gr.update(choices=models, value=models[0]),
-                gr.update(choices=models, value=models[-1]), gr.update(choices=topics))
+                gr.update(choices=models, value=models[-1]), gr.update(choices=topics, value=topic or ""))
 
     def compare(self, pool: str, prompt_id: str, model_a: str, model_b: str, criteria_text: str):
         try:
@@ -136,13 +138,12 @@ class Page:
             a, b = rows.iloc[0], rows.iloc[1]
             under = (f"your {len(criteria)} criteria (tab 2)" if criteria
                      else f"the default criteria of {inputs.as_text(a['scenario'])}")
-            winner = ("equal rewards" if a["reward"] == b["reward"] else
-                      f"**{inputs.as_text(a['model'] if a['reward'] > b['reward'] else b['model'])}** wins")
-            verdict = f"Scenario {inputs.as_text(a['scenario'])} · scored under {under} · {winner}"
+            verdict = views.compare_verdict(rows, under, self.data.temperature(),
+                                            getattr(self.data.scorer, "architecture", "neural"))
             return (a["prompt"], a["response"], f"reward {a['reward']:.3f}", b["response"],
-                    f"reward {b['reward']:.3f}", verdict)
+                    f"reward {b['reward']:.3f}", verdict, a["response"], b["response"])
         except Exception as error:  # noqa: BLE001
-            return "", "", "", "", "", problem_text(error)
+            return "", "", "", "", "", problem_text(error), "", ""
 
     # --- the URL -----------------------------------------------------------------------------------------------
 
@@ -233,11 +234,13 @@ def build_app(data: PageData) -> gr.Blocks:
             with gr.Row():
                 with gr.Column():
                     reward_a3 = gr.Markdown(elem_id="reward-a")
-                    response_a3 = gr.Textbox(label="Model A's response", interactive=False, lines=14,
+                    rendered_a3 = gr.Markdown(elem_id="rendered-a", sanitize_html=True, container=True)
+                    response_a3 = gr.Textbox(label="Model A's response (raw text)", interactive=False, lines=6,
                                              elem_id="response-a")
                 with gr.Column():
                     reward_b3 = gr.Markdown(elem_id="reward-b")
-                    response_b3 = gr.Textbox(label="Model B's response", interactive=False, lines=14,
+                    rendered_b3 = gr.Markdown(elem_id="rendered-b", sanitize_html=True, container=True)
+                    response_b3 = gr.Textbox(label="Model B's response (raw text)", interactive=False, lines=6,
                                              elem_id="response-b")
 
         default_out = [table1, chart1, validity1, status1]
@@ -256,7 +259,8 @@ def build_app(data: PageData) -> gr.Blocks:
         pool3.input(page.compare_choices, [pool3, topic3], compare_lists, api_name=False)
         topic3.input(page.compare_choices, [pool3, topic3], compare_lists, api_name=False)
         run3.click(page.compare, [pool3, prompt3, model_a3, model_b3, criteria2],
-                   [prompt_text3, response_a3, reward_a3, response_b3, reward_b3, verdict3], api_name="compare")
+                   [prompt_text3, response_a3, reward_a3, response_b3, reward_b3, verdict3, rendered_a3, rendered_b3],
+                   api_name="compare")
         app.load(page.from_url, None, [pool1, method1, *default_out, pool2, groups2, scenarios2, criteria2, method2],
                  api_name=False)
         app.load(page.compare_choices, [pool3, topic3], compare_lists, api_name=False)

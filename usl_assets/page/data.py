@@ -21,7 +21,9 @@ import pandas as pd
 
 from usl_assets.crm.reading import CriteriaReading, is_readable, read_criteria, reference_scale
 from usl_assets.leaderboards import ranking
-from usl_assets.leaderboards.commands import Leaderboard, build_leaderboard, pool_topics, read_published
+from usl_assets.leaderboards.commands import (Leaderboard, build_leaderboard, pool_topics, read_published,
+                                              usl_soft_temperature)
+from usl_assets.leaderboards.explain import reward_terms
 from usl_assets.responses.pools import content_hash
 from usl_assets.scoring import cache
 from usl_assets.scoring import score as scoring
@@ -39,7 +41,7 @@ class Cancelled(Exception):
 @dataclass
 class CustomResult:
     board: Leaderboard
-    default: pd.DataFrame  # the default profile's overall ranking (model, rank) under the same method
+    default: pd.DataFrame  # the default profile's ranking (model, rank) over the same prompts, under the same method
     cached: bool  # answered from the page's kept leaderboards
 
 
@@ -137,7 +139,15 @@ class PageData:
     def default_leaderboard(self, pool: str, method: str) -> Leaderboard:
         """The published default ranking with a column per scenario group."""
         return self._kept_or(("default", pool, method), lambda: build_leaderboard(
-            pool, self.groups(pool), [], method, self.settings, published=self.published))[0]
+            pool, self.groups(pool), [], method, self.settings, published=self.published,
+            rank_by_topics=False))[0]
+
+    def default_over(self, pool: str, topics: list[str], method: str) -> Leaderboard:
+        """The default criteria's ranking over the topics' prompts (the custom table's "vs default")."""
+        if not topics:
+            return self.default_leaderboard(pool, method)
+        return self._kept_or(("default", pool, method, tuple(topics)), lambda: build_leaderboard(
+            pool, topics, [], method, self.settings, published=self.published))[0]
 
     def custom_leaderboard(self, pool: str, topics: list[str], criteria: list[str], method: str,
                            progress: bool = False, log: Callable[[str], None] | None = None) -> CustomResult:
@@ -155,10 +165,10 @@ class PageData:
         key = ("custom", pool, method, tuple(topics), criteria_hash(criteria))
         board, cached = self._kept_or(key, lambda: build_leaderboard(
             pool, topics, criteria, method, self.settings, score=score, published=self.published))
-        default = self.default_leaderboard(pool, method) if method in self.methods[pool] else None
-        overall = (default.long[default.long["scenario"] == "all"][["model", "rank"]] if default is not None
-                   else pd.DataFrame(columns=["model", "rank"]))
-        return CustomResult(board, overall, cached)
+        default = self.default_over(pool, topics, method) if method in self.methods[pool] else None
+        ranks = (default.long[default.long["scenario"] == board.scope][["model", "rank"]] if default is not None
+                 else pd.DataFrame(columns=["model", "rank"]))
+        return CustomResult(board, ranks, cached)
 
     def read_criteria(self, criteria: list[str]) -> CriteriaReading:
         """How the page's CRM reads the criteria (crm/reading.py); its encoder is shared with scoring, so the lock."""
@@ -224,4 +234,15 @@ class PageData:
             finally:
                 cursor.close()
         scored = rows.merge(rewards, on=["criteria_hash", "input_hash"], how="left")
-        return scored.set_index("model").loc[models].reset_index()
+        scored = scored.set_index("model").loc[models].reset_index()
+        scored.attrs["criteria"] = criteria
+        if getattr(self.scorer, "architecture", None) == "linear":  # a sum of readable terms (leaderboards/explain)
+            with self._scoring_lock:
+                response_rows = self.scorer.embed_responses(list(scored["prompt"]), list(scored["response"]))
+                vector = self.scorer.embed_criteria([tuple(criteria)])
+            scored.attrs["terms"] = reward_terms(self.scorer.weights, response_rows, vector)
+        return scored
+
+    def temperature(self) -> float:
+        """usl_soft's k: a reward difference d is a win probability σ(d/k)."""
+        return usl_soft_temperature(self.published)

@@ -9,7 +9,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from usl_assets.crm import reading as crm_reading  # noqa: E402
-from usl_assets.leaderboards.commands import Leaderboard  # noqa: E402
+from usl_assets.leaderboards.commands import RANK_RULE, Leaderboard, columns_of  # noqa: E402
+from usl_assets.leaderboards.ranking import PER_MODEL_METHODS  # noqa: E402
 from usl_assets.page.inputs import as_text  # noqa: E402
 
 INTERVAL = "95% interval"
@@ -45,6 +46,17 @@ def default_table(board: Leaderboard) -> pd.DataFrame:
     return shown
 
 
+def rank_legend(board: Leaderboard, method: str) -> str:
+    """How to read the rank column, and which model is the reference (not a competitor) where the method scores
+    every model against it."""
+    ties = board.wide["rank"].value_counts()
+    shared = f" Here {int((ties > 1).sum())} ranks are shared." if (ties > 1).any() else ""
+    reference = (f" **{as_text(board.reference)}** is the reference every other model is compared with: it scores "
+                 "50 by construction and is not a competitor." if board.reference and method in PER_MODEL_METHODS
+                 else "")
+    return f"{as_text(RANK_RULE)}{shared}{reference}"
+
+
 def rank_change(custom_rank: int, default_rank: float) -> str:
     """How the custom ranking moves a model against the default one (▲ up, ▼ down)."""
     if pd.isna(default_rank):
@@ -54,34 +66,38 @@ def rank_change(custom_rank: int, default_rank: float) -> str:
 
 
 def custom_table(board: Leaderboard, default_ranks: pd.DataFrame) -> pd.DataFrame:
-    """The paper's custom table (model, overall, a column per topic) with intervals and rank changes."""
+    """The paper's custom table: rank over the chosen topics' prompts (board.scope; every prompt without topics),
+    its change against the default criteria's rank over the same prompts, the model, then overall, each topic and
+    the pooled topics with intervals, the ranked-by column first."""
     wide = board.wide.merge(default_ranks.rename(columns={"rank": "default_rank"}), on="model", how="left")
     shown = pd.DataFrame({
         "rank": wide["rank"].astype(int),
         "vs default": [rank_change(r, d) for r, d in zip(wide["rank"], wide["default_rank"])],
-        "model": wide["model"], "overall": wide["overall"].round(1),
-        f"overall {INTERVAL}": [_interval(lo, hi) for lo, hi in zip(wide["overall_low"], wide["overall_high"])]})
-    for topic in board.topics:
-        shown[topic] = wide[topic].round(1)
-        shown[f"{topic} {INTERVAL}"] = [_interval(lo, hi) for lo, hi in zip(wide[f"{topic}_low"],
-                                                                             wide[f"{topic}_high"])]
+        "model": wide["model"]})
+    columns = columns_of(board.topics)
+    ranked_by = "overall" if board.scope == "all" else board.scope
+    for column in [ranked_by, *[c for c in columns if c != ranked_by]]:
+        shown[column] = wide[column].round(1)
+        shown[f"{column} {INTERVAL}"] = [_interval(lo, hi) for lo, hi in zip(wide[f"{column}_low"],
+                                                                               wide[f"{column}_high"])]
     return shown
 
 
 def custom_header(board: Leaderboard, version: str, method: str, cached: bool, seconds: float) -> str:
     """The line above the paper's table: version, number of examples and of models, and how it was answered."""
-    rewards = board.rewards
-    n_examples = int(rewards["prompt_id"].nunique()) if rewards is not None else 0
+    n_examples = int(board.wide["n_prompts"].max()) if len(board.wide) else 0
     n_models = int(board.wide["model"].nunique())
     how = "kept from an earlier request" if cached else f"scored and ranked in {seconds:.2f} s"
     left_out = f" · {board.left_out} responses without a finite reward left out" if board.left_out else ""
-    return (f"**Version** CRM `{as_text(version)}` · **#Examples** {n_examples:,} · **#Models** {n_models} · "
-            f"ranked by {as_text(method)} · {how}{left_out}")
+    scope = "every prompt" if board.scope == "all" else board.scope
+    note = f"  \n{as_text(board.note)}" if board.note else ""
+    return (f"**Version** CRM `{as_text(version)}` · **Ranked over** {as_text(scope)} · **#Examples** "
+            f"{n_examples:,} · **#Models** {n_models} · ranked by {as_text(method)} · {how}{left_out}{note}")
 
 
 def scores_chart(board: Leaderboard, title: str):
-    """Each model's overall score with its 95% interval, best at the top."""
-    overall = board.long[board.long["scenario"] == "all"].sort_values("score")
+    """Each model's score over what the board ranks by (board.scope) with its 95% interval, best at the top."""
+    overall = board.long[board.long["scenario"] == board.scope].sort_values("score")
     figure, axes = plt.subplots(figsize=(8, max(2.5, 0.32 * len(overall) + 1)))
     low = (overall["score"] - overall["ci_low"]).clip(lower=0).to_numpy(float)
     high = (overall["ci_high"] - overall["score"]).clip(lower=0).to_numpy(float)
@@ -140,4 +156,31 @@ def reading_markdown(reading: "crm_reading.CriteriaReading") -> str:
     if reading.warnings:
         lines.append("")
         lines += [f"⚠️ {as_text(warning)}  " for warning in reading.warnings]
+    return "\n".join(lines)
+
+
+def compare_verdict(rows: pd.DataFrame, criteria_said: str, temperature: float, architecture: str) -> str:
+    """The compare tab's verdict: the scenario, the criteria applied (each line), who wins with both rewards on a
+    stated scale, and the reward terms that separate the two answers (linear CRM; others say there are none)."""
+    a, b = rows.iloc[0], rows.iloc[1]
+    criteria = rows.attrs.get("criteria", [])
+    difference = float(a["reward"] - b["reward"])
+    winner = ("equal rewards" if difference == 0 else
+              f"**{as_text(a['model'] if difference > 0 else b['model'])}** wins")
+    chance = 1.0 / (1.0 + np.exp(-difference / temperature))
+    lines = [f"Scenario {as_text(a['scenario'])} · scored under {criteria_said} · {winner}",
+             "", "**Criteria applied:** " + " · ".join(f"“{as_text(c)}”" for c in criteria),
+             "", f"**Rewards** (reward units; a difference d means the first answer is preferred with probability "
+                 f"σ(d/{temperature:.2f}), as usl_soft counts it): {as_text(a['model'])} {a['reward']:.3f} · "
+                 f"{as_text(b['model'])} {b['reward']:.3f} · difference {difference:+.3f}, so "
+                 f"{as_text(a['model'])}'s answer is preferred with probability {chance:.0%}"]
+    terms = rows.attrs.get("terms")
+    if terms is None:
+        lines += ["", f"No breakdown: the {as_text(architecture)} CRM's reward is not a sum of readable terms "
+                      "(only the linear CRM's is)."]
+        return "\n".join(lines)
+    gaps = (terms.iloc[0] - terms.iloc[1]).sort_values(key=np.abs, ascending=False)
+    lines += ["", f"**What separates them** ({as_text(a['model'])} − {as_text(b['model'])}, reward units, largest "
+                  "first):", ""]
+    lines += [f"- {as_text(term)}: {gap:+.3f}" for term, gap in gaps.head(6).items()]
     return "\n".join(lines)

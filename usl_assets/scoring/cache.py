@@ -180,7 +180,8 @@ def _score_factorized(store, scorer, missing, batch_size, progress, log, stats) 
         embedded = cached_embeddings(conn, scorer.checkpoint_id, responses["input_hash"].tolist())
     to_embed = responses[~responses["input_hash"].isin(embedded.keys())]
     chunk_size, started = max(512, batch_size * 32), time.perf_counter()
-    for start in tqdm(range(0, len(to_embed), chunk_size), disable=not progress, desc="embedding", unit="chunk"):
+    quiet = not progress or to_embed.empty  # no "embedding: 0chunk" bar when every row is cached
+    for start in tqdm(range(0, len(to_embed), chunk_size), disable=quiet, desc="embedding", unit="chunk"):
         # Embedded and cached chunk by chunk, so an interrupted run keeps what it embedded.
         chunk = to_embed.iloc[start:start + chunk_size]
         rows = np.asarray(scorer.embed_responses(chunk["prompt"].tolist(), chunk["response"].tolist(),

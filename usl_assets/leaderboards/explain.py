@@ -1,0 +1,143 @@
+"""Why a model ranks where it does: the linear CRM's reward is a sum of readable terms (crm/linear.py),
+
+    r(c, p, a) = u·h(a) + Σ_f (v + W e(c))_f · f(p, a),
+
+so a reward splits exactly into the word n-gram score and one term per group of features (length, structure, code…
+as properties.PROPERTY_FEATURES groups them; the answer's fit to the prompt; the graded answers; degeneration; the
+other style features). The usl methods compare a model's answer with the pool's reference model's on each prompt,
+so what places a model is its mean term difference against the reference over the ranked prompts, under the
+criteria the ranking used. `usl leaderboard --explain MODEL` prints it; the neural CRMs have no such breakdown.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from usl_assets.crm.features import DEGENERATION_FEATURES
+from usl_assets.crm.linear import GRADED_FEATURES, ROW_FEATURES
+from usl_assets.crm.properties import PROPERTY_FEATURES
+from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES
+from usl_assets.settings import UslConfigError
+
+NGRAM_TERM = "word n-grams (the text score)"
+RELEVANCE_TERM = "fit to the prompt (relevance, unsupported sentences, unfinished ending)"
+GRADED_TERM = "graded answers (the AI judge's grades of other answers to the prompt)"
+DEGENERATION_TERM = "degeneration (repeats, prompt copies, prompt terms missed)"
+OTHER_TERM = "other style features"
+
+
+def term_of(feature: str) -> str:
+    """The term a ROW_FEATURES feature's contribution is counted under (the first property that claims it)."""
+    for prop, features in PROPERTY_FEATURES.items():
+        if feature in features:
+            return prop
+    if feature in TEXT_RELEVANCE_FEATURES:
+        return RELEVANCE_TERM
+    if feature in GRADED_FEATURES:
+        return GRADED_TERM
+    if feature in DEGENERATION_FEATURES:
+        return DEGENERATION_TERM
+    return OTHER_TERM
+
+
+def reward_terms(weights, rows: np.ndarray, criteria_vectors: np.ndarray) -> pd.DataFrame:
+    """Per response (a row of `rows`: [n-gram score, ROW_FEATURES raw], under its own criteria vector): the reward's
+    terms, one column each; they add up to the reward (LinearWeights.score_rows)."""
+    rows = np.asarray(rows, np.float64)
+    criteria_vectors = np.atleast_2d(np.asarray(criteria_vectors, np.float64))
+    scaled = (rows[:, 1:][:, weights.columns] - weights.feature_mean) / weights.feature_std
+    coefficients = weights.v + criteria_vectors @ np.asarray(weights.gate, np.float64).T
+    contributions = scaled * coefficients
+    terms = {NGRAM_TERM: rows[:, 0]}
+    for position, column in enumerate(weights.columns):
+        name = term_of(ROW_FEATURES[column])
+        terms[name] = terms.get(name, 0.0) + contributions[:, position]
+    return pd.DataFrame(terms)
+
+
+def model_breakdown(terms: pd.DataFrame, reference_terms: pd.DataFrame) -> pd.DataFrame:
+    """Mean term difference (model − reference) over the prompts both answered (rows aligned by prompt), largest
+    first, with the total: term, difference, share (of the summed absolute differences)."""
+    difference = (terms.to_numpy() - reference_terms.to_numpy()).mean(axis=0)
+    table = pd.DataFrame({"term": terms.columns, "difference": difference})
+    table = table.reindex(table["difference"].abs().sort_values(ascending=False).index).reset_index(drop=True)
+    total = np.abs(table["difference"]).sum()
+    table["share"] = np.abs(table["difference"]) / total if total > 0 else 0.0
+    return table
+
+
+def render_breakdown(model: str, reference: str, table: pd.DataFrame, n_prompts: int, won: float,
+                     temperature: float, criteria: list[str], scope: str) -> str:
+    """The breakdown as text: what it compares, under which criteria and scale, then one line per term."""
+    total = float(table["difference"].sum())
+    said = "; ".join(f"'{c}'" for c in criteria) if criteria else "each prompt's scenario default criteria"
+    lines = [f"why {model} ranks here: its reward against {reference}'s (the reference) on the same "
+             f"{n_prompts} prompts ({'every prompt' if scope == 'all' else scope}), under {said}.",
+             f"  reward difference {total:+.3f} on average (reward units: a difference d is a win probability "
+             f"σ(d/{temperature:.2f}) under usl_soft; 0 is even); its answer has the higher reward on "
+             f"{won:.0%} of the prompts.",
+             "  by term (model − reference, mean over prompts; largest first):"]
+    width = max(len(term) for term in table["term"])
+    for row in table.itertuples():
+        lines.append(f"    {row.term:<{width}}  {row.difference:+.3f}  ({row.share:.0%} of the moves)")
+    return "\n".join(lines)
+
+
+def paired_answers(responses: pd.DataFrame, model: str, reference: str,
+                   scenarios: set[str] | None = None) -> pd.DataFrame:
+    """The model's and the reference's answers to the prompts both answered (of `scenarios` when given: scoring
+    ranks no prompt without a default profile), the model's first, each in prompt order."""
+    if scenarios is not None:
+        responses = responses[responses["scenario"].isin(scenarios)]
+    responses = responses[responses["model"].isin([model, reference])]
+    answered = responses.groupby("prompt_id")["model"].nunique()
+    responses = responses[responses["prompt_id"].isin(answered[answered == 2].index)]
+    return (responses.assign(_first=responses["model"] != model).sort_values(["_first", "prompt_id"])
+            .drop(columns="_first").reset_index(drop=True))
+
+
+def explain_model(model: str, board, pool: str, criteria: list[str], home: Path | None = None) -> str:
+    """`usl leaderboard --explain MODEL`: the breakdown of MODEL against the pool's reference over the prompts the
+    board ranks by, from the ad hoc cache's response rows (scored rows are reused; missing ones computed)."""
+    from usl_assets.leaderboards.commands import adhoc_cache, read_published, usl_soft_temperature
+    from usl_assets.responses.pools import content_hash
+    from usl_assets.scoring.cache import cached_embeddings
+    from usl_assets.scoring.score import load_scorer, pool_responses
+    from usl_assets.settings import usl_home
+
+    scorer = load_scorer(home or usl_home())
+    if getattr(scorer, "architecture", None) != "linear":
+        return (f"no breakdown for {model}: the default CRM is {getattr(scorer, 'architecture', 'neural')}, whose "
+                "reward is not a sum of readable terms (only the linear CRM's is)")
+    reference = board.reference
+    models = set(board.long["model"])
+    if model not in models:
+        raise UslConfigError(f"--explain {model!r}: not a ranked model of pool {pool} (e.g. "
+                             f"{', '.join(sorted(models)[:4])})")
+    if reference is None or model == reference:
+        return f"no breakdown for {model}: it is the pool's reference model, the one every other model is compared with"
+    defaults = None if criteria else read_published(
+        "SELECT scenario, criteria FROM scoring.criteria_profiles WHERE kind = 'scenario_default'")
+    with adhoc_cache().connect() as conn:
+        responses = paired_answers(pool_responses(conn, pool, board.topics or None), model, reference,
+                                   None if criteria else set(defaults["scenario"]))
+        hashes = [content_hash(p, r) for p, r in zip(responses["prompt"], responses["response"])]
+        cached = cached_embeddings(conn, scorer.checkpoint_id, hashes)
+    missing = [i for i, h in enumerate(hashes) if h not in cached]
+    computed = (scorer.embed_responses(responses["prompt"].iloc[missing].tolist(),
+                                       responses["response"].iloc[missing].tolist()) if missing else [])
+    rows = np.stack([cached[h] if h in cached else computed[missing.index(i)] for i, h in enumerate(hashes)])
+    if criteria:
+        vectors = np.repeat(scorer.embed_criteria([tuple(criteria)]), len(responses), axis=0)
+    else:  # each prompt under its scenario's default criteria, as scoring scores it
+        by_scenario = dict(zip(defaults["scenario"], defaults["criteria"]))
+        scenarios = list(dict.fromkeys(responses["scenario"]))
+        embedded = dict(zip(scenarios, scorer.embed_criteria([tuple(by_scenario[s]) for s in scenarios])))
+        vectors = np.stack([embedded[s] for s in responses["scenario"]])
+    terms = reward_terms(scorer.weights, rows, vectors)
+    mine = (responses["model"] == model).to_numpy()
+    table = model_breakdown(terms[mine].reset_index(drop=True), terms[~mine].reset_index(drop=True))
+    won = float((terms[mine].sum(axis=1).to_numpy() > terms[~mine].sum(axis=1).to_numpy()).mean())
+    return render_breakdown(model, reference, table, int(mine.sum()), won, usl_soft_temperature(), criteria,
+                            board.scope)
