@@ -6,6 +6,7 @@ Definitions at module scope, and `dagster dev -m usl_assets.definitions` would f
 
 import dagster as dg
 
+from usl_assets import jobs
 from usl_assets.crm import assets as crm_model_assets
 from usl_assets.crm import data_assets as crm_data_assets
 from usl_assets.leaderboards import assets as leaderboards_assets
@@ -34,7 +35,7 @@ def build_definitions(resources: dict | None = None) -> dg.Definitions:
     return dg.Definitions(
         assets=merged.assets,
         asset_checks=merged.asset_checks,
-        jobs=merged.jobs,
+        jobs=[*(merged.jobs or []), *jobs.phase_jobs(merged.assets)],
         sensors=merged.sensors,
         schedules=merged.schedules,
         resources={**default_resources(), **(merged.resources or {}), **(resources or {})},

@@ -3,7 +3,8 @@
 1. every unpartitioned asset upstream of the model partitions (preferences, CRM, prompts),
 2. every model partition at once (the partitioned assets use a single-run backfill policy),
 3. the unpartitioned assets downstream of them (leaderboards, the published copy).
-Each phase is one Dagster run of the code location `usl_assets` (launch.py), executed in this process: no daemon
+Each phase is one Dagster run of the code location `usl_assets` (launch.py), of its own named job (jobs.py:
+usl_run_upstream, model_partitions, usl_run_leaderboards), executed in this process: no daemon
 or server is needed, and the UI lists the runs under the location (Runs, Overview → Timeline, Re-execute).
 The terminal gets progress lines (a line per finished step: counts and elapsed time; a summary per phase);
 `verbose` adds Dagster's own log.
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
+from usl_assets.jobs import DOWNSTREAM_JOB, PARTITIONS_JOB, UPSTREAM_JOB
 from usl_assets.launch import console_log_config, execute_in_location, raise_if_interrupted
 from usl_assets.partitions import model_partitions, register_public_models
 from usl_assets.slot_wait import DEFAULT_WAIT_TIMEOUT_S, SlotWait
@@ -44,8 +46,7 @@ def cpu_share(cpu: float, wall: float) -> str:
 
 
 OPTIONAL_TAG = "usl/optional"  # e.g. the LoRA CRMs: left out unless `include_optional`
-# Which of the three phases a run is: every run is of Dagster's implicit asset job, so the UI's run list shows the
-# phase as this tag (filter by it under Runs).
+# Which of the three phases a run is, besides its job (jobs.py): filter by it under Runs.
 PHASE_TAG = "usl/phase"
 # Dagster's run tags for a run over a range of partitions (the assets' single-run backfill policy runs it once).
 PARTITION_RANGE_START_TAG = "dagster/asset_partition_range_start"
@@ -82,20 +83,19 @@ def run_graph(
     from usl_assets.definitions import build_definitions
 
     defs = build_definitions(resources)
-    job = defs.resolve_implicit_global_asset_job_def()
     before, partitioned, after = plan_phases(defs.resolve_asset_graph(), include_optional)
     data_root = defs.resources["data_dir"].root()
-    run = lambda name, keys, extra, **kw: _execute(  # noqa: E731
-        job, instance, name, keys, extra, tags, log, _phase_config(op_config, keys, verbose),
+    run = lambda job, name, keys, extra, **kw: _execute(  # noqa: E731
+        defs.resolve_job_def(job), instance, name, keys, extra, tags, log, _phase_config(op_config, keys, verbose),
         SlotWait(wait_timeout_s, log), **kw)
-    results = [run("upstream of the model partitions", before, {})]
+    results = [run(UPSTREAM_JOB, "upstream of the model partitions", before, {})]
     registered = register_public_models(instance, data_root)
     log(f"registered {len(registered)} model partitions")
     for first, last, count in partition_ranges(instance, only_partitions):
         range_tags = {PARTITION_RANGE_START_TAG: first, PARTITION_RANGE_END_TAG: last}
-        results.append(run("model partitions", partitioned, range_tags, partitions=count))
+        results.append(run(PARTITIONS_JOB, "model partitions", partitioned, range_tags, partitions=count))
     if after:
-        results.append(run("leaderboards", after, {}))
+        results.append(run(DOWNSTREAM_JOB, "leaderboards", after, {}))
     return results
 
 

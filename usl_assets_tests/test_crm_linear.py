@@ -238,3 +238,13 @@ def test_a_criterion_read_as_less_of_a_property_never_pays_for_more_of_it(table)
     with pytest.raises(ValueError, match="reading_directions"):
         linear.fit_linear(pairs, vectors, linear.LinearConfig(iterations=2, reading_gate="own_property"),
                           lambda _: "c", log=lambda _: None)
+
+    def fitted(gain: float) -> linear.LinearWeights:
+        return linear.fit_linear(pairs, vectors, linear.LinearConfig(iterations=20, ngrams=False, reading_gain=gain),
+                                 lambda _: "c", log=lambda _: None, reading_directions=directions).weights
+
+    one, three = fitted(1.0), fitted(3.0)  # the gain scales the reading's cells after the fit, nothing else
+    assert np.abs(one.gate[:, 2:]).max() > 1e-4
+    np.testing.assert_allclose(three.gate[:, 2:], 3.0 * one.gate[:, 2:], rtol=1e-12, atol=1e-15)
+    np.testing.assert_array_equal(three.gate[:, :2], one.gate[:, :2])
+    np.testing.assert_array_equal(three.v, one.v)

@@ -4,7 +4,7 @@ import dagster as dg
 
 from usl_assets.definitions import defs
 
-EXPECTED_GROUPS = {"preferences", "crm", "responses", "scoring", "leaderboards"}
+EXPECTED_GROUPS = {"preferences", "crm", "crm_neural_optional", "responses", "scoring", "leaderboards"}
 
 
 def test_definitions_load_and_validate():
@@ -23,6 +23,10 @@ def test_assets_are_grouped_by_stage():
     graph = defs.resolve_asset_graph()
     groups = {graph.get(key).group_name for key in graph.get_all_asset_keys()}
     assert groups == EXPECTED_GROUPS, groups ^ EXPECTED_GROUPS
+    optional = {key.to_user_string() for key in graph.get_all_asset_keys()
+                if graph.get(key).group_name == "crm_neural_optional"}
+    assert optional == {"crm_cross", "crm_factorized", "crm_backbone_smollm2"}  # what `usl run --neural-crm` adds
+    assert all("optional" in graph.get(dg.AssetKey(name)).description for name in optional)
 
 
 def test_assets_use_only_the_known_pools():

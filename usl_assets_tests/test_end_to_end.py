@@ -8,6 +8,7 @@ import duckdb
 from usl_assets import warehouse_docs
 from usl_assets.cli import main
 from usl_assets.crm.assets import CrmSettings
+from usl_assets.jobs import DOWNSTREAM_JOB, PARTITIONS_JOB, UPSTREAM_JOB
 from usl_assets.pipeline import PHASE_TAG, cpu_share, phase_figures, plan_phases, run_graph
 from usl_assets_tests.conftest import REPO_ROOT
 from usl_assets_tests.test_crm_assets import assert_evaluation_figures
@@ -91,9 +92,10 @@ def test_whole_graph_end_to_end(usl_env, tiny_backbone, tmp_path, monkeypatch, c
             warehouse_docs.tables()["leaderboard.rankings"].columns
         # Every run of the CLI is a run of the code location (the UI lists it there; Re-execute works).
         assert {run.remote_job_origin.location_name for run in instance.get_runs()} == {"usl_assets"}
-        # and says which phase it was (the job is Dagster's implicit asset job for all three)
-        assert {run.tags.get(PHASE_TAG) for run in instance.get_runs()} == {
-            "upstream of the model partitions", "model partitions", "leaderboards"}
+        # and says which phase it was, by its job (jobs.py) and by tag
+        assert {(run.job_name, run.tags.get(PHASE_TAG)) for run in instance.get_runs()} == {
+            (UPSTREAM_JOB, "upstream of the model partitions"), (PARTITIONS_JOB, "model partitions"),
+            (DOWNSTREAM_JOB, "leaderboards")}
 
     warehouse = usl_env["warehouse"]
     with duckdb.connect(str(warehouse.published_path()), read_only=True) as published:

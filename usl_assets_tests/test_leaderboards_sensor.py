@@ -5,6 +5,7 @@ import dagster as dg
 from dagster._core.events import DagsterEventType
 
 from usl_assets import cli
+from usl_assets.jobs import PARTITIONS_JOB
 from usl_assets.leaderboards.assets import leaderboards_after_new_model
 from usl_assets.preferences.assets import raw_autoj_pairwise
 from usl_assets.responses import pools
@@ -45,6 +46,7 @@ def test_usl_add_models_run_does_not_trigger_it(cli_env, shared_data_dir, tmp_pa
     with dg.DagsterInstance.get() as instance:
         (run,) = instance.get_runs(filters=dg.RunsFilter(tags={ADDED_MODEL_TAG: "mt_bench:koala-13b-again"}))
         assert isinstance(_evaluate(instance, run), dg.SkipReason)
+        assert run.job_name == PARTITIONS_JOB  # the UI names the job that made the partition (jobs.py)
 
 
 def test_other_runs_do_not_trigger_it(usl_env):

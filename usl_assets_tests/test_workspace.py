@@ -12,6 +12,7 @@ import dagster as dg
 import pytest
 
 from usl_assets.definitions import defs
+from usl_assets.jobs import PARTITIONS_JOB, UPSTREAM_JOB
 from usl_assets.launch import console_log_config, execute_in_location, location_origin
 from usl_assets.partitions import model_partitions
 from usl_assets.responses import pools
@@ -30,7 +31,6 @@ def ui(tmp_path_factory, shared_data_dir):
     dagster_home.mkdir()
     (dagster_home / "dagster.yaml").write_text((REPO_ROOT / "usl_assets" / "dagster.yaml").read_text())
     env = {"USL_HOME": str(usl_home), "USL_DATA_DIR": str(shared_data_dir)}
-    job = defs.resolve_implicit_global_asset_job_def()
     run_ids = []
     with pytest.MonkeyPatch.context() as patch:
         for name, value in env.items():
@@ -39,13 +39,14 @@ def ui(tmp_path_factory, shared_data_dir):
         patch.setattr(pools, "load_scenario_tagger", lambda usl_home_root: tagger)
         with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
             instance.add_dynamic_partitions(model_partitions.name, PARTITIONS)
-            for keys, tags in (
-                (["raw_autoj_pairwise"], {}),
-                (["pool_prompts"], {}),
-                (["model_responses"], {"dagster/asset_partition_range_start": PARTITIONS[0],
-                                       "dagster/asset_partition_range_end": PARTITIONS[1]}),
+            for job, keys, tags in (  # as `usl run` launches its phases (jobs.py)
+                (UPSTREAM_JOB, ["raw_autoj_pairwise"], {}),
+                (UPSTREAM_JOB, ["pool_prompts"], {}),
+                (PARTITIONS_JOB, ["model_responses"], {"dagster/asset_partition_range_start": PARTITIONS[0],
+                                                       "dagster/asset_partition_range_end": PARTITIONS[1]}),
             ):
-                result = execute_in_location(job, instance, run_config=console_log_config(False),
+                result = execute_in_location(defs.resolve_job_def(job), instance,
+                                             run_config=console_log_config(False),
                                              asset_selection=[dg.AssetKey(k) for k in keys], tags=tags)
                 assert result.success, keys
                 run_ids.append(result.run_id)
@@ -64,10 +65,13 @@ def test_the_location_loads_with_every_asset(ui):
 
 def test_cli_runs_are_runs_of_the_location_and_can_be_re_executed(ui):
     assert {(o.location_name, o.repository_origin.repository_name, o.job_name) for o in ui["origins"]} == {
-        ("usl_assets", "__repository__", "__ASSET_JOB")}
-    job_runs = graphql(ui["url"], """{ pipelineOrError(params: {repositoryLocationName: "usl_assets",
-        repositoryName: "__repository__", pipelineName: "__ASSET_JOB"}) { ... on Pipeline { runs { runId } } } }""")
-    assert set(ui["run_ids"]) <= {run["runId"] for run in job_runs["pipelineOrError"]["runs"]}
+        ("usl_assets", "__repository__", UPSTREAM_JOB), ("usl_assets", "__repository__", PARTITIONS_JOB)}
+    for job, run_ids in ((UPSTREAM_JOB, ui["run_ids"][:2]), (PARTITIONS_JOB, ui["run_ids"][2:])):
+        job_runs = graphql(ui["url"], """{ pipelineOrError(params: {repositoryLocationName: "usl_assets",
+            repositoryName: "__repository__", pipelineName: "%s"}) { ... on Pipeline { description runs { runId } } }
+            }""" % job)["pipelineOrError"]  # the UI lists each run under its phase's job, with what the job is
+        assert set(run_ids) <= {run["runId"] for run in job_runs["runs"]}
+        assert "usl run, phase" in job_runs["description"]
     launched = graphql(ui["url"], f"""mutation {{ launchPipelineReexecution(reexecutionParams: {{
         parentRunId: "{ui['run_ids'][0]}", strategy: ALL_STEPS }}) {{
         __typename ... on LaunchRunSuccess {{ run {{ runId }} }} ... on PythonError {{ message }}

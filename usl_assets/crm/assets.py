@@ -21,6 +21,9 @@ PAIRS_TABLE = "crm.training_pairs"
 
 
 OPTIONAL_TAG = "usl/optional"  # assets `usl run` leaves out unless asked (`usl run --neural-crm`)
+# The optional neural CRMs and their backbone: a group of their own, so the UI shows them apart from the CRM `usl run`
+# builds (a never-materialized asset there reads as optional, not as broken).
+NEURAL_GROUP = "crm_neural_optional"
 
 
 class CrmSettings(dg.ConfigurableResource):
@@ -93,7 +96,8 @@ def sample_training_pairs(pairs: pd.DataFrame, settings: CrmSettings, architectu
     return pairs.sample(n=settings.max_train_pairs, random_state=settings.seed).sort_values("pair_id")
 
 
-@dg.asset(group_name=GROUP, kinds={"pytorch"}, tags={OPTIONAL_TAG: "neural_crm"})
+@dg.asset(group_name=NEURAL_GROUP, kinds={"pytorch"}, tags={OPTIONAL_TAG: "neural_crm"},
+          description="SmolLM2-135M converted for the optional cross-encoder CRM (optional: `usl run --neural-crm`)")
 def crm_backbone_smollm2(context: dg.AssetExecutionContext, usl_home: UslHome) -> dg.MaterializeResult:
     """SmolLM2-135M-Instruct de-quantized from the packaged GGUF into a safetensors folder with its own pad token."""
     started = time.perf_counter()
@@ -117,7 +121,7 @@ TRAIN_DESCRIPTIONS = {
 
 def _train_asset(architecture: str):
     @dg.asset(
-        name=f"crm_{architecture}", group_name=GROUP, pool=TRAINING_POOL,
+        name=f"crm_{architecture}", group_name=GROUP if architecture == "linear" else NEURAL_GROUP, pool=TRAINING_POOL,
         deps=["crm_training_pairs", *([crm_backbone_smollm2] if architecture == "cross" else [])],
         kinds={"pytorch"} if architecture != "linear" else {"scipy"},
         tags={} if architecture == "linear" else {OPTIONAL_TAG: "neural_crm"},

@@ -94,6 +94,8 @@ class LinearConfig:
     reading_gate: str = "own_property"  # free | own_property: how the criteria's reading
     # (crm/criteria_prototypes.py) may move the coefficients; own_property: a property direction's reading moves
     # only that property's features (properties.PROPERTY_FEATURES), up for "more" and down for "less"
+    reading_gain: float = 1.0  # the fitted gate's reading columns times this, once, after the fit: how far a
+    # criterion the bank reads moves a whole leaderboard, which the pairwise fit leaves too timid (docs/crm.md)
 
     def feature_columns(self, graded: bool = False) -> list[int]:
         if self.features == "length":
@@ -347,6 +349,9 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
         result = minimize(objective, theta0, jac=True, method="L-BFGS-B", callback=safety_net, bounds=bounds,
                           options={"maxiter": config.iterations, "maxfun": config.iterations * 2})
     u, v, gate, beta = unpack(result.x)
+    if reading_directions and config.reading_gain != 1.0:
+        gate = gate.copy()
+        gate[:, dim - len(reading_directions):] *= config.reading_gain
     log(f"linear CRM ({config.features} features{', n-grams' if config.ngrams else ''}): {len(pairs):,} rows, "
         f"{result.nit} L-BFGS iterations, loss {result.fun:.4f}, judge {config.judge_nuisance} coefficients "
         f"β={np.round(beta, 3).tolist()}")

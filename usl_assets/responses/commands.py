@@ -9,6 +9,7 @@ import dagster as dg
 import duckdb
 
 from usl_assets.instance import open_instance
+from usl_assets.jobs import PARTITIONS_JOB
 from usl_assets.launch import add_verbose_flag, console_log_config, execute_in_location, raise_if_interrupted
 from usl_assets.partitions import model_partitions
 from usl_assets.recovery import recover_and_report
@@ -117,7 +118,7 @@ def materialize_partition(instance: dg.DagsterInstance, key: str, responses_only
     from usl_assets.definitions import defs  # the whole code location, loaded only when a run is asked for
 
     selection = [model_responses.key] if responses_only else partition_run_selection(defs.resolve_asset_graph())
-    job = defs.resolve_implicit_global_asset_job_def()
+    job = defs.resolve_job_def(PARTITIONS_JOB)
     result = execute_in_location(job, instance, run_config=console_log_config(verbose), partition_key=key,
                                  asset_selection=selection, tags={ADDED_MODEL_TAG: key},
                                  slot_wait=SlotWait(wait_timeout_s))
