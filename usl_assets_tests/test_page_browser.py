@@ -148,6 +148,20 @@ def test_custom_tab_ranks_typed_criteria_as_usl_leaderboard_does(page, page_home
         assert row["vs default"] == ("=" if moved == 0 else f"▲ {moved}" if moved > 0 else f"▼ {-moved}")
 
 
+def test_cancel_ends_in_cancelled_with_no_stale_table(page):
+    page.get_by_role("tab", name="Customizable leaderboard").click()
+    page.locator("#criteria textarea").fill("\n".join(CRITERIA))
+    page.locator("#run-custom").click()
+    page.wait_for_function("() => document.querySelector('#header-custom').innerText.includes('#Models')",
+                           timeout=240_000)
+    assert len(read_table(page, "table-custom")) == len(ALPACA_MODELS)
+    page.locator("#cancel-custom").click()
+    page.wait_for_function("() => document.querySelector('#status-custom').innerText.includes('cancelled')")
+    page.wait_for_function("() => document.querySelectorAll('#table-custom [role=row].virtual-row').length === 0")
+    assert "#Models" not in page.locator("#header-custom").inner_text()
+    assert "cancelling" not in page.locator("#status-custom").inner_text()
+
+
 READ_CRITERIA = ["The user prefers brief answers.", "The user prefers thorough, detailed answers.", "qwz zzz",
                  "<i>Réponses brèves</i>"]
 

@@ -75,12 +75,24 @@ def test_cancel_stops_scoring_and_keeps_what_was_embedded(page_data):
 
     _, table, _, status = page.show_custom("mt_bench", [], [], "Cancelled criteria.", "usl", request, progress)
     assert status.startswith("⚠️ cancelled") and table.empty
+    status, header, table, chart = page.cancel(request)  # what the Cancel button shows: no stale table
+    assert status.startswith("⚠️ cancelled") and header == "" and table.empty and chart is None
     embedded = page_data._query(count).fetchone()[0]
     assert embedded - before > 100  # the chunk scored before the cancel (MT-Bench's 4 × 30 answers) stays cached
+    fractions = []
     _, table, _, status = page.show_custom("mt_bench", [], [], "Cancelled criteria.", "usl", request,
-                                           lambda *_, **__: None)
+                                           lambda fraction, **_: fractions.append(fraction))
     assert status == "" and len(table) == 4
+    assert fractions[0] == 0 and fractions[-1] == 1  # the bar ends full when the work is done
     assert page_data._query(count).fetchone()[0] == embedded
+
+
+def test_progress_fraction_reads_the_scoring_log_lines():
+    from usl_assets.page.app import progress_fraction
+
+    assert progress_fraction("embedded 1,024/21,735 responses, 80.1/s") == pytest.approx(1024 / 21735)
+    assert progress_fraction("scored 30/30 (response, profile) pairs, 9.0/s") == 1.0
+    assert progress_fraction("loading the CRM") is None
 
 
 def test_serve_arguments_are_one_line_errors(tmp_path, capsys):

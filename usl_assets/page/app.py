@@ -6,6 +6,7 @@ a problem with the input is a message on the page; anything else is logged and s
 
 import logging
 import os
+import re
 import threading
 import time
 
@@ -29,6 +30,18 @@ def problem_text(error: Exception) -> str:
         return f"⚠️ {inputs.as_text(error)}"
     log.exception("page request failed")
     return f"⚠️ the request failed ({inputs.as_text(type(error).__name__)}); the server log has the details"
+
+
+_DONE_OF = re.compile(r"(\d[\d,]*)/(\d[\d,]*)")
+
+
+def progress_fraction(message: str) -> float | None:
+    """How far a scoring log line ("embedded 1,024/21,735 responses, …") says the work is; None when it does not."""
+    found = _DONE_OF.search(message)
+    if not found:
+        return None
+    done, total = (int(part.replace(",", "")) for part in found.groups())
+    return min(done / total, 1.0) if total else None
 
 
 class Page:
@@ -77,7 +90,7 @@ class Page:
         def heard(message: str) -> None:
             if cancel.is_set():
                 raise Cancelled("cancelled: what was scored so far is kept, so the next try starts from there")
-            progress(None, desc=message)
+            progress(progress_fraction(message), desc=message)
 
         try:
             started = time.perf_counter()
@@ -87,6 +100,7 @@ class Page:
             method = inputs.checked_choice(method, self.data.methods[pool], "method")
             progress(0, desc="scoring your criteria")
             result = self.data.custom_leaderboard(pool, topics, criteria, method, progress=True, log=heard)
+            progress(1, desc="scored and ranked")
             seconds = time.perf_counter() - started
             header = (views.custom_header(result.board, self.data.version, method, result.cached, seconds)
                       + "  \n" + views.rank_legend(result.board, method))
@@ -108,8 +122,11 @@ class Page:
             return problem_text(error)
 
     def cancel(self, request: gr.Request | None = None):
+        """Stops this session's scoring after the current chunk and clears the table, header and chart, so no
+        earlier criteria's leaderboard stays under the criteria box: (status, header, table, chart)."""
         self._cancel.setdefault(self._session(request), threading.Event()).set()
-        return "⚠️ cancelling: scoring stops after the current chunk"
+        return ("⚠️ cancelled: no leaderboard for these criteria; what was scored so far is kept, so pressing *Rank "
+                "the models* again starts from there", "", EMPTY, None)
 
     @staticmethod
     def _session(request: gr.Request | None) -> str:
@@ -254,7 +271,7 @@ def build_app(data: PageData) -> gr.Blocks:
         running = run2.click(page.show_custom, [pool2, groups2, scenarios2, criteria2, method2],
                              [header2, table2, chart2, status2], api_name="custom_leaderboard")
         running.then(page.show_reading, criteria2, reading2, api_name="criteria_reading")
-        cancel2.click(page.cancel, None, status2, cancels=[running], api_name=False)
+        cancel2.click(page.cancel, None, [status2, header2, table2, chart2], cancels=[running], api_name=False)
         compare_lists = [prompt3, model_a3, model_b3, topic3]
         pool3.input(page.compare_choices, [pool3, topic3], compare_lists, api_name=False)
         topic3.input(page.compare_choices, [pool3, topic3], compare_lists, api_name=False)
