@@ -153,6 +153,8 @@ def main() -> None:
     parser.add_argument("--dev-fidelity", action="store_true", help="also the dev pool's fidelity (docstring)")
     parser.add_argument("--no-prototypes", action="store_true", help="criteria read by their embedding alone")
     parser.add_argument("--prototype-scales", default="", help="comma-separated criteria_prototypes.SCALE values")
+    parser.add_argument("--profile-readings", default="", help="comma-separated criteria_prototypes.PROFILE_READING "
+                                                                "values (max, mean)")
     args = parser.parse_args()
     home, started = Path(args.home), time.perf_counter()
     frames = load(home)
@@ -177,12 +179,17 @@ def main() -> None:
     responses = frames["responses"]
     from usl_assets.crm import criteria_prototypes
 
-    runs = [(scale, variant) for scale in (args.prototype_scales.split(",") if args.prototype_scales else [None])
+    runs = [(scale, reading, variant)
+            for scale in (args.prototype_scales.split(",") if args.prototype_scales else [None])
+            for reading in (args.profile_readings.split(",") if args.profile_readings else [None])
             for variant in args.variants]
-    for scale, variant in runs:
+    for scale, reading, variant in runs:
         if scale is not None:
             criteria_prototypes.SCALE = float(scale)
             variant = f"{variant} (prototype scale {scale})"
+        if reading is not None:
+            criteria_prototypes.PROFILE_READING = reading
+            variant = f"{variant} (profile reading {reading})"
         vectors = dict(zip(profiles, encoder.embed(list(profiles.values()))))
         config = replace(linear.LinearConfig(), **parse_variant(variant.split(" (")[0]))
         weights = linear.fit_linear(train, vectors, config, linear_crm.criteria_key, log=lambda _: None,

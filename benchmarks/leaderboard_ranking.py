@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from usl_assets.leaderboards import incremental, ranking, sql_models
+from usl_assets.leaderboards import incremental, ranking, sql_files, sql_models
 from usl_assets.preferences.criteria import load_scenarios
 from usl_assets.resources import Warehouse
 
@@ -56,7 +56,7 @@ def upstream(data_root: Path, named_profiles: int, seed: int = 0) -> dict[str, p
             "scoring.response_rewards": rewards}
 
 
-def in_dependency_order(models: list[sql_models.SqlModel]) -> list[sql_models.SqlModel]:
+def in_dependency_order(models: list[sql_files.SqlModel]) -> list[sql_files.SqlModel]:
     done, ordered, pending = set(), [], list(models)
     while pending:
         ready = [m for m in pending if all(t in done or not t.startswith("leaderboard.") or
@@ -85,7 +85,7 @@ def main() -> None:
              "n_models": [27]}))
         print(f"upstream tables written: {time.perf_counter() - started:.1f} s")
 
-        for model in in_dependency_order(sql_models.load_models()):
+        for model in in_dependency_order(sql_files.load_models()):
             started = time.perf_counter()
             rows = sql_models.run_model(warehouse, model)
             print(f"sql model {model.name:<24} {rows:>10,} rows  {time.perf_counter() - started:6.2f} s")

@@ -25,7 +25,8 @@ import numpy as np
 import pandas as pd
 
 from usl_assets.crm import properties
-from usl_assets.crm.scorer import default_checkpoint, load_scorer
+from usl_assets.crm.checkpoints import default_checkpoint
+from usl_assets.crm.checkpoints import load_scorer
 from usl_assets.crm.splits import PairsConfig
 from usl_assets.leaderboards import audits
 from usl_assets.leaderboards.audit_assets import SAMPLED_ANSWERS

@@ -29,7 +29,9 @@ import torch
 from usl_assets.crm.backbones import convert_if_missing, resolve_backbone
 from usl_assets.crm.interface import ScoreItem
 from usl_assets.crm.model import collate, encode_cross
-from usl_assets.crm.scorer import base_scorer, default_checkpoint, load_scorer
+from usl_assets.crm.checkpoints import default_checkpoint
+from usl_assets.crm.checkpoints import load_scorer
+from usl_assets.crm.scorer import base_scorer
 from usl_assets.preferences.criteria import criteria_texts
 from usl_assets.resources import Warehouse
 from usl_assets.scoring.score import score_adhoc_profile

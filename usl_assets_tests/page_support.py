@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from usl_assets.crm.scorer import write_default_architecture
+from usl_assets.crm.checkpoints import write_default_architecture
 from usl_assets.crm.train import TrainConfig, train_crm
 from usl_assets.resources import DataDir, UslHome, Warehouse
 from usl_assets_tests.test_leaderboards_assets import materialize_leaderboards

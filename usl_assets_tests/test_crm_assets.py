@@ -10,7 +10,8 @@ from usl_assets.crm.assets import (CrmSettings, crm_backbone_smollm2, crm_beats_
                                    crm_beats_no_criteria_on_criteria_reversed, crm_cross, crm_default_checkpoint,
                                    crm_evaluation, crm_factorized, crm_linear)
 from usl_assets.crm import data
-from usl_assets.crm.scorer import default_checkpoint, load_scorer
+from usl_assets.crm.checkpoints import default_checkpoint
+from usl_assets.crm.checkpoints import load_scorer
 from usl_assets_tests.crm_data_inputs import scenario_criteria_frame, tagged_preferences_frame
 from usl_assets_tests.test_crm_model import autoj_pairs, tiny_encoder  # noqa: F401 (fixture)
 

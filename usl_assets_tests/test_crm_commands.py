@@ -9,7 +9,7 @@ import torch
 
 from usl_assets.cli import main
 from usl_assets.crm.backbones import resolve_backbone
-from usl_assets.crm.scorer import mark_latest, write_default_architecture
+from usl_assets.crm.checkpoints import mark_latest, write_default_architecture
 from usl_assets.crm.train import train_crm
 from usl_assets_tests.test_crm_model import autoj_pairs, tiny_config
 
@@ -93,7 +93,7 @@ def test_export_crm_writes_a_plain_transformers_folder_and_the_paper_test_splits
 
 def test_evaluate_crm_reads_the_test_splits_export_crm_writes(trained, tmp_path, capsys):
     from usl_assets.crm.evaluate import pair_rewards
-    from usl_assets.crm.scorer import load_scorer
+    from usl_assets.crm.checkpoints import load_scorer
 
     checkpoint, pairs = trained
     out = tmp_path / "export"

@@ -15,7 +15,7 @@ from usl_assets.crm.evaluate import judged_model
 from usl_assets.crm.graded_answers import FILE, GradedAnswers
 from usl_assets.crm.interface import ScoreItem
 from usl_assets.crm.judge_pairs import HELDOUT_SPLIT, model_family
-from usl_assets.crm.scorer import load_scorer
+from usl_assets.crm.checkpoints import load_scorer
 from usl_assets.crm.train import TrainConfig, train_crm
 from usl_assets_tests.crm_data_inputs import scenario_criteria_frame, tagged_preferences_frame
 

@@ -13,7 +13,7 @@ from usl_assets.crm import data, evaluate, linear
 from usl_assets.crm.backbones import resolve_backbone
 from usl_assets.crm.interface import ScoreItem
 from usl_assets.crm.linear import TrainingTimeLimit
-from usl_assets.crm.scorer import load_scorer
+from usl_assets.crm.checkpoints import load_scorer
 from usl_assets.crm.train import TrainConfig, train_crm
 from usl_assets.leaderboards import incremental, ranking
 from usl_assets.leaderboards.adhoc_comparisons import reference_wins_from_rewards

@@ -13,7 +13,7 @@ from usl_assets.crm.backbones import resolve_backbone
 from usl_assets.crm.evaluate import pair_rewards, read_preference_file, summarize
 from usl_assets.crm.export import export_cross
 from usl_assets.crm.interface import ScoreItem
-from usl_assets.crm.scorer import load_scorer
+from usl_assets.crm.checkpoints import load_scorer
 from usl_assets.crm.train import TrainConfig, bt_loss, latest_state, train_crm
 from usl_assets.preferences.criteria import criteria_texts, load_scenarios
 

@@ -13,9 +13,9 @@ from usl_assets.crm import data, reading
 from usl_assets.crm.backbones import resolve_backbone
 from usl_assets.crm.linear import N_BUCKETS, ROW_FEATURES, LinearWeights
 from usl_assets.crm.linear_crm import LinearScorer
-from usl_assets.crm.model import NEUTRAL_CRITERIA
+from usl_assets.crm.interface import NEUTRAL_CRITERIA
 from usl_assets.crm.properties import PROPERTIES
-from usl_assets.crm.scorer import load_scorer
+from usl_assets.crm.checkpoints import load_scorer
 from usl_assets.crm.train import TrainConfig, train_crm
 from usl_assets_tests.crm_data_inputs import scenario_criteria_frame, tagged_preferences_frame
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from usl_assets.crm import scorer
+from usl_assets.crm import checkpoints, scorer
 from usl_assets.crm.backbones import resolve_backbone
 from usl_assets.crm.export import export_factorized
 from usl_assets.crm.interface import ScoreItem
@@ -29,7 +29,7 @@ def adapter_on_base_scores(checkpoint, with_adapter: bool = True) -> np.ndarray:
     from safetensors.torch import load_file
 
     info = json.loads((checkpoint / "crm.json").read_text())
-    backbone = scorer.checkpoint_backbone(info)
+    backbone = checkpoints.checkpoint_backbone(info)
     encoder, tokenizer = load_encoder(backbone, torch.device("cpu"), None)
     if with_adapter:
         encoder = PeftModel.from_pretrained(encoder, checkpoint / "adapter")
@@ -55,9 +55,9 @@ def test_the_merged_encoder_scores_like_the_adapter_applied_on_the_base_model(ch
     reference = adapter_on_base_scores(checkpoint)
     assert np.abs(reference - adapter_on_base_scores(checkpoint, with_adapter=False)).max() > 1e-3
     assert not (checkpoint / scorer.MERGED_ENCODER_DIR).exists()
-    first = scorer.load_scorer(checkpoint).score(ITEMS)  # merges the adapter with peft, saves the result
+    first = checkpoints.load_scorer(checkpoint).score(ITEMS)  # merges the adapter with peft, saves the result
     assert (checkpoint / scorer.MERGED_ENCODER_DIR / "config.json").exists()
-    second = scorer.load_scorer(checkpoint).score(ITEMS)  # loads the saved merged encoder
+    second = checkpoints.load_scorer(checkpoint).score(ITEMS)  # loads the saved merged encoder
     np.testing.assert_allclose(first, reference, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(second, reference, rtol=1e-5, atol=1e-5)
 

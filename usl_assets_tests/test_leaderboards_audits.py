@@ -16,7 +16,8 @@ from usl_assets.crm import gaming
 from usl_assets.crm.assets import CrmSettings, crm_default_checkpoint
 from usl_assets.crm.backbones import resolve_backbone
 from usl_assets.crm.features import response_counts
-from usl_assets.crm.scorer import load_scorer, write_default_architecture
+from usl_assets.crm.checkpoints import write_default_architecture
+from usl_assets.crm.checkpoints import load_scorer
 from usl_assets.crm.train import TrainConfig, train_crm
 from usl_assets.leaderboards import audit_assets, audits, ranking
 from usl_assets.resources import DataDir, UslHome, Warehouse

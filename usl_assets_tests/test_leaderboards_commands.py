@@ -94,7 +94,7 @@ def test_bad_arguments_are_one_clear_line(published_home, capsys, argv, message)
 def test_own_criteria_are_scored_then_ranked(published_home, capsys, shared_data_dir, tiny_backbone):
     """--criteria scores the pool under the user's criteria with a real (tiny, briefly trained) CRM checkpoint in
     USL_HOME, through score_adhoc_profile, and ranks the rewards the way the assets do."""
-    from usl_assets.crm.scorer import write_default_architecture
+    from usl_assets.crm.checkpoints import write_default_architecture
     from usl_assets_tests.test_scoring_support import train_tiny_crm
 
     train_tiny_crm(shared_data_dir, str(tiny_backbone), "cross", published_home / "models")
@@ -183,7 +183,7 @@ EXPLAINED = ["The user prefers brief answers.", "The user prefers thorough, deta
 def linear_home(published_home, tmp_path_factory, shared_data_dir):
     """A USL_HOME of its own: a copy of the published warehouse and a small linear CRM (real pairs) as the default,
     so --explain has a linear CRM to read and the other tests' caches stay as they are."""
-    from usl_assets.crm.scorer import write_default_architecture
+    from usl_assets.crm.checkpoints import write_default_architecture
 
     home = tmp_path_factory.mktemp("leaderboard_explain") / "usl_home"
     shutil.copytree(published_home / "published", home / "published")
@@ -235,24 +235,31 @@ def test_explain_costs_nothing_unless_asked_and_says_when_there_is_nothing(linea
     assert "--explain" in capsys.readouterr().out
 
 
-def test_the_command_line_keeps_library_chatter_for_verbose(linear_home):
-    """transformers' load report and weight-loading bars reach stderr only with --verbose (`usl` as users run it)."""
+def test_the_command_line_keeps_library_chatter_for_verbose(published_home, shared_data_dir, tiny_backbone):
+    """transformers' weight-loading bars and load reports reach stderr only with --verbose (`usl` as users run it),
+    here with a neural CRM as the default (the linear one loads no transformers at all)."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
+    from usl_assets.crm.checkpoints import write_default_architecture
+    from usl_assets_tests.test_scoring_support import train_tiny_crm
+
+    train_tiny_crm(shared_data_dir, str(tiny_backbone), "cross", published_home / "models")  # reused when there
+    write_default_architecture(published_home / "models" / "crm", "cross")
     usl = Path(sys.executable).with_name("usl")
     env = {k: v for k, v in os.environ.items() if k not in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS")}
-    env["USL_HOME"] = str(linear_home)
+    env["USL_HOME"] = str(published_home)
 
     def stderr(*flags: str) -> str:
-        done = subprocess.run([str(usl), *flags, "leaderboard", *explained_argv("--explain")], env=env,
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run([str(usl), *flags, "leaderboard", "--pool", "mt_bench", "--bootstrap-rounds", "20",
+                               "--criteria", f"Chatter check {' '.join(flags)}."], env=env, capture_output=True,
+                              text=True, timeout=300)
         assert done.returncode == 0, done.stderr
         return done.stderr
 
-    assert "LOAD REPORT" in stderr("--verbose")
+    assert "Loading weights" in stderr("--verbose")
     quiet = stderr()
     assert "LOAD REPORT" not in quiet and "Loading weights" not in quiet
 
@@ -325,3 +332,21 @@ def test_explain_model_splits_its_reward_gap_to_the_reference_into_the_crm_terms
     assert code == 0 and "it is the pool's reference model" in out
     code, out, err = run(capsys, *explained_argv("--explain", "no-such-model"))
     assert code == 2 and out == "" and len(err.splitlines()) == 1 and "not a ranked model of pool alpaca_eval" in err
+
+
+def test_a_new_criterion_with_the_linear_crm_loads_no_torch(linear_home):
+    """What made `usl leaderboard --criteria …` slow was loading torch and transformers for the criteria encoder:
+    the linear CRM embeds criteria in NumPy (crm/numpy_encoder.py), so the command imports neither."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; from usl_assets.cli import main;"
+            "code = main(['leaderboard', '--pool', 'alpaca_eval', '--bootstrap-rounds', '20', '--criteria', "
+            "'Keep it under fifty words, thanks.', '--format', 'csv']);"
+            "print('torch' in sys.modules, 'transformers' in sys.modules, code, file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "USL_HOME": str(linear_home)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "False False 0", done.stderr
+    assert len(pd.read_csv(io.StringIO(done.stdout))) == len(ALPACA_MODELS)

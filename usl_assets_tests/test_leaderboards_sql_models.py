@@ -4,7 +4,7 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from usl_assets.leaderboards import sql_models
+from usl_assets.leaderboards import sql_files, sql_models
 from usl_assets.resources import Warehouse
 
 SCORES_SQL = """-- Scores per model.
@@ -28,7 +28,7 @@ def sql_dir(tmp_path):
 
 
 def test_dependencies_come_from_the_sql(sql_dir):
-    models = {model.name: model for model in sql_models.load_models(sql_dir)}
+    models = {model.name: model for model in sql_files.load_models(sql_dir)}
     assert models["scores"].reads == ("responses.responses", "scoring.response_rewards")  # the CTE is no table
     assert models["top_models"].reads == ("leaderboard.scores",)
     assert models["scores"].unique == ("model",) and models["scores"].description == "Scores per model."
@@ -41,7 +41,7 @@ def test_dependencies_come_from_the_sql(sql_dir):
 
 
 def test_the_project_models_read_only_known_tables():
-    models = {model.name: model for model in sql_models.load_models()}
+    models = {model.name: model for model in sql_files.load_models()}
     assert {"response_scores", "reference_comparisons", "pairwise_comparisons", "model_lengths"} <= set(models)
     assert models["pairwise_comparisons"].reads == ("leaderboard.response_scores",)
 
@@ -51,13 +51,13 @@ def test_a_folder_without_sql_models_is_an_error_not_zero_assets(tmp_path):
     with pytest.raises(FileNotFoundError, match="no SQL model"):
         sql_models.build_sql_models(tmp_path)
     with pytest.raises(FileNotFoundError, match="no SQL model"):
-        sql_models.load_models(tmp_path / "missing")
+        sql_files.load_models(tmp_path / "missing")
 
 
 def test_a_table_no_asset_writes_is_an_error(tmp_path):
     (tmp_path / "bad.sql").write_text("SELECT x FROM somewhere.unknown")
     with pytest.raises(ValueError, match="reads somewhere.unknown, which no asset writes"):
-        sql_models.load_models(tmp_path)
+        sql_files.load_models(tmp_path)
 
 
 def test_a_model_replaces_its_table_and_reports_lineage(sql_dir, usl_env):

@@ -32,7 +32,7 @@ import dagster as dg
 import usl_assets
 from usl_assets.definitions import defs
 from usl_assets.instance import EMBEDDED_INSTANCE_YAML
-from usl_assets.leaderboards import sql_models
+from usl_assets.leaderboards import sql_files
 from usl_assets.scoring import profiles
 from usl_assets import cli, warehouse_docs
 
@@ -41,8 +41,8 @@ dg.Definitions.validate_loadable(defs)
 status = cli.main(["status"])
 print(json.dumps({
     "usl_assets": usl_assets.__file__,
-    "sql_dir": str(sql_models.sql_dir()),
-    "sql_models": sorted(model.name for model in sql_models.load_models()),
+    "sql_dir": str(sql_files.sql_dir()),
+    "sql_models": sorted(model.name for model in sql_files.load_models()),
     "assets": sorted(key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()),
     "profiles_file": str(profiles.DEFAULT_PROFILES_FILE),
     "named_profiles": sorted(named["profile"]), "rejected_profiles": len(rejected),

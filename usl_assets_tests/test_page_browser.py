@@ -171,7 +171,7 @@ def test_custom_tab_shows_how_the_linear_crm_reads_the_criteria(browser, linear_
     """Under the criteria box, once the leaderboard is computed: the arrows of crm/reading.py for the set and for
     each criterion, and its warnings, with the criteria shown as text."""
     from usl_assets.crm.reading import TIED, arrows_line, read_criteria
-    from usl_assets.crm.scorer import load_scorer
+    from usl_assets.crm.checkpoints import load_scorer
 
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     tab = context.new_page()
@@ -254,7 +254,7 @@ def test_compare_tab_shows_both_responses_with_rewards(page, page_home, screensh
 def test_compare_tab_breaks_the_linear_crm_rewards_into_terms(browser, linear_page_url, linear_checkpoint):
     """With the linear CRM the verdict lists the reward terms that separate the two answers, the same numbers as
     leaderboards/explain.reward_terms gives for those answers."""
-    from usl_assets.crm.scorer import load_scorer
+    from usl_assets.crm.checkpoints import load_scorer
     from usl_assets.leaderboards.explain import reward_terms
 
     context = browser.new_context(viewport={"width": 1400, "height": 1000})

@@ -1,7 +1,7 @@
 import dagster as dg
 import pytest
 
-from usl_assets.crm.scorer import default_checkpoint, write_default_architecture
+from usl_assets.crm.checkpoints import default_checkpoint, write_default_architecture
 from usl_assets.scoring.assets import criteria_profiles, response_rewards
 from usl_assets_tests.test_scoring_support import (  # noqa: F401  (fixtures)
     alpaca_responses, crm_models, install_crm, materialize_default_checkpoint, prompt_sample, write_upstream)

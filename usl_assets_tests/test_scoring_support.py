@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 
 from usl_assets.crm.backbones import resolve_backbone
-from usl_assets.crm.scorer import default_checkpoint, load_scorer, write_default_architecture
+from usl_assets.crm.checkpoints import default_checkpoint, write_default_architecture
+from usl_assets.crm.checkpoints import load_scorer
 from usl_assets.crm.train import TrainConfig, train_crm
 from usl_assets.preferences.criteria import criteria_texts, load_scenarios
 from usl_assets.resources import Warehouse

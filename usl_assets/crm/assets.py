@@ -9,7 +9,7 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 
-from usl_assets.crm import backbones, evaluate, scorer, train
+from usl_assets.crm import backbones, checkpoints, evaluate, scorer, train
 from usl_assets.crm.data_assets import GRADED_TABLE
 from usl_assets.crm.interface import ScoreItem
 from usl_assets.resources import WAREHOUSE_POOL, UslHome, Warehouse
@@ -67,8 +67,8 @@ class CrmSettings(dg.ConfigurableResource):
         return self.backbone if architecture == "cross" else self.factorized_backbone
 
     def validate(self) -> None:
-        if self.architecture not in scorer.ARCHITECTURES:
-            raise UslConfigError(f"crm_settings.architecture must be one of {', '.join(scorer.ARCHITECTURES)}, "
+        if self.architecture not in checkpoints.ARCHITECTURES:
+            raise UslConfigError(f"crm_settings.architecture must be one of {', '.join(checkpoints.ARCHITECTURES)}, "
                                  f"not {self.architecture!r}")
         if min(self.max_steps, self.linear_iterations, self.batch_size) < 1 or self.max_minutes <= 0:
             raise UslConfigError("crm_settings: max_steps, linear_iterations, max_minutes and batch_size must be "
@@ -140,7 +140,7 @@ def _train_asset(architecture: str):
         result = train.train_crm(pairs, backbone, crm_settings.train_config(architecture), models / "crm",
                                  log=context.log.info, graded_answers=graded)
         validation = _validate(result.checkpoint_dir, warehouse, crm_settings)
-        scorer.mark_latest(models / "crm", architecture, result.checkpoint_id)
+        checkpoints.mark_latest(models / "crm", architecture, result.checkpoint_id)
         return dg.MaterializeResult(metadata={
             "checkpoint_dir": dg.MetadataValue.path(str(result.checkpoint_dir)),
             "checkpoint_id": result.checkpoint_id,
@@ -162,17 +162,17 @@ def _train_asset(architecture: str):
 
 def _validate(checkpoint_dir: Path, warehouse: Warehouse, settings: CrmSettings, n: int = 64) -> dict:
     """Accuracy on a small seeded sample of human_heldout, stored in the checkpoint's crm.json."""
-    info = train.read_checkpoint_info(checkpoint_dir)
+    info = checkpoints.read_checkpoint_info(checkpoint_dir)
     if info.get("metrics"):
         return info["metrics"]
     held = read_pairs(warehouse, where_train=False)
     held = evaluate.sample_test_pairs(held[held["split"] == "human_heldout"], n, settings.seed)
     metrics = {"human_heldout_n": len(held)}
     if len(held):
-        chosen, rejected = evaluate.pair_rewards(held, scorer.load_scorer(checkpoint_dir))
+        chosen, rejected = evaluate.pair_rewards(held, checkpoints.load_scorer(checkpoint_dir))
         metrics["human_heldout_accuracy"] = round(float((chosen > rejected).mean()), 4)
     info["metrics"] = metrics
-    (checkpoint_dir / train.CHECKPOINT_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")
+    (checkpoint_dir / checkpoints.CHECKPOINT_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")
     return metrics
 
 
@@ -187,9 +187,9 @@ crm_factorized = _train_asset("factorized")
                       "from this materialization's metadata; models/crm/default.json records it for the CLI and page.")
 def crm_default_checkpoint(usl_home: UslHome, crm_settings: CrmSettings) -> dg.MaterializeResult:
     crm_settings.validate()
-    folder = scorer.default_checkpoint(usl_home.root(), crm_settings.architecture)
-    checkpoint_id = train.read_checkpoint_info(folder)["checkpoint_id"]
-    scorer.write_default_architecture(usl_home.models_dir() / "crm", crm_settings.architecture, checkpoint_id)
+    folder = checkpoints.default_checkpoint(usl_home.root(), crm_settings.architecture)
+    checkpoint_id = checkpoints.read_checkpoint_info(folder)["checkpoint_id"]
+    checkpoints.write_default_architecture(usl_home.models_dir() / "crm", crm_settings.architecture, checkpoint_id)
     return dg.MaterializeResult(metadata={
         "architecture": crm_settings.architecture,
         "checkpoint_id": checkpoint_id,
@@ -214,7 +214,7 @@ def materialized_default_checkpoint(instance: dg.DagsterInstance) -> tuple[str, 
                             "recorded id")
 def crm_default_checkpoint_is_finished(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     architecture, checkpoint_id, folder = materialized_default_checkpoint(context.instance)
-    info = train.read_checkpoint_info(folder) if train.is_finished(folder) else {}
+    info = checkpoints.read_checkpoint_info(folder) if checkpoints.is_finished(folder) else {}
     problems = [problem for problem, bad in (
         (f"{folder} is not a finished checkpoint", not info),
         (f"crm.json says architecture {info.get('architecture')!r}",
@@ -229,9 +229,9 @@ def crm_default_checkpoint_is_finished(context: dg.AssetCheckExecutionContext) -
 def _finished_architectures(home: Path, default: str) -> list[str]:
     """The default architecture (required) and every other one with a finished checkpoint."""
     found = []
-    for arch in scorer.ARCHITECTURES:
+    for arch in checkpoints.ARCHITECTURES:
         try:
-            scorer.default_checkpoint(home, arch)
+            checkpoints.default_checkpoint(home, arch)
             found.append(arch)
         except UslConfigError:  # not trained in this deployment: not evaluated
             if arch == default:
@@ -255,11 +255,11 @@ def crm_evaluation(context: dg.AssetExecutionContext, usl_home: UslHome, warehou
                                        None if full else crm_settings.eval_pairs_per_split, crm_settings.seed,
                                        None if full else crm_settings.eval_pairs_per_judged_model)
     architectures = _finished_architectures(home, default_architecture)
-    scorers = {f"crm_{arch}": scorer.load_scorer(default_dir if arch == default_architecture
-                                                 else scorer.default_checkpoint(home, arch))
+    scorers = {f"crm_{arch}": checkpoints.load_scorer(default_dir if arch == default_architecture
+                                                 else checkpoints.default_checkpoint(home, arch))
                for arch in architectures}
     if "linear" in architectures:
-        scorers["crm_length_only"] = scorer.load_scorer(scorer.default_checkpoint(home, "linear"), length_only=True)
+        scorers["crm_length_only"] = checkpoints.load_scorer(checkpoints.default_checkpoint(home, "linear"), length_only=True)
     scorers["base_model"] = scorer.base_scorer(crm_settings.backbone_for("cross"),
                                                usl_home.models_dir() / "backbones", crm_settings.max_length,
                                                crm_settings.seed)
@@ -354,7 +354,7 @@ def _checkpoint_check(architecture: str):
                                 "hyperparameters, loads with load_scorer, and gives finite, varied rewards on "
                                 "held-out pairs")
     def _check(usl_home: UslHome, warehouse: Warehouse) -> dg.AssetCheckResult:
-        folder = scorer.default_checkpoint(usl_home.root(), architecture)
+        folder = checkpoints.default_checkpoint(usl_home.root(), architecture)
         info = json.loads((Path(folder) / "crm.json").read_text(encoding="utf-8"))
         missing = [field for field in CHECKPOINT_FIELDS if not info.get(field)]
         pairs = warehouse.query("SELECT prompt, chosen, rejected, criteria FROM crm.training_pairs "
@@ -362,7 +362,7 @@ def _checkpoint_check(architecture: str):
         items = [ScoreItem(p, r, tuple(c)) for p, c, pair in zip(pairs["prompt"], pairs["criteria"],
                                                                   zip(pairs["chosen"], pairs["rejected"]))
                  for r in pair]
-        rewards = scorer.load_scorer(folder).score(items) if items else []
+        rewards = checkpoints.load_scorer(folder).score(items) if items else []
         finite = bool(len(rewards)) and bool(np.isfinite(rewards).all())
         varied = finite and float(np.ptp(rewards)) > 0
         return dg.AssetCheckResult(

@@ -24,8 +24,7 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
 
 
 def _checkpoint(given: Path | None, architecture: str | None) -> Path:
-    from usl_assets.crm.scorer import default_checkpoint
-    from usl_assets.crm.train import is_finished
+    from usl_assets.crm.checkpoints import default_checkpoint, is_finished
 
     if given is None:
         return default_checkpoint(usl_home(), architecture)
@@ -36,7 +35,7 @@ def _checkpoint(given: Path | None, architecture: str | None) -> Path:
 
 def evaluate_crm(args: argparse.Namespace) -> int:
     from usl_assets.crm.evaluate import read_preference_file, score_preference_pairs
-    from usl_assets.crm.scorer import load_scorer
+    from usl_assets.crm.checkpoints import load_scorer
     from usl_assets.preferences.canonical import CriteriaBook
     from usl_assets.settings import data_dir
 
@@ -70,7 +69,7 @@ def evaluate_crm(args: argparse.Namespace) -> int:
 
 def export_crm(args: argparse.Namespace) -> int:
     from usl_assets.crm.export import export_cross, export_factorized, export_test_splits
-    from usl_assets.crm.train import read_checkpoint_info
+    from usl_assets.crm.checkpoints import read_checkpoint_info
     from usl_assets.resources import Warehouse
 
     if args.out_dir.exists() and any(args.out_dir.iterdir()):

@@ -13,8 +13,9 @@ code listing", "prefer X to Y") is read side by side: what it sets aside counts 
 one embedding of the whole line mixes both (`contrast`). A dislike ("I find bullet points choppy") is read the
 same way, what it names counting for the opposite direction (`disliked`), and a long first-person line clause by
 clause, so the user's situation does not drown the wish (`clauses`). A profile of several criteria takes, per
-direction, its strongest line. The gate sees [e(c), reading(c)], so it can learn one coefficient shift per property
-direction, which a new wording reaches as long as its nearest phrasings mean the same thing.
+direction, the mean of its lines' readings (PROFILE_READING). The gate sees [e(c), reading(c)], so it can learn one
+coefficient shift per property direction, which a new wording reaches as long as its nearest phrasings mean the
+same thing.
 
 The bank's embeddings are stored with the checkpoint (`criteria_prototypes.safetensors` + `.json`), so scoring never
 re-embeds it and a checkpoint keeps the bank it was trained with.
@@ -70,8 +71,13 @@ _DISLIKE = re.compile(
 _DISLIKE_FRAME = re.compile(r"^\s*(?:I\s+(?:find|think|feel that)\s+(?:it\s+)?|I\s+)|\b(?:and|or)\s*(?=[.!]?\s*$)",
                             re.IGNORECASE)
 CONTRAST = "sides"  # how a contrast is read: "sides" (each alone) or "whole" (the line as one)
+# How a profile of several criteria is read from its lines' readings: their mean per direction ("mean"), or the
+# strongest line ("max"). With the strongest line a scenario rubric of many lines read as strongly, in as many
+# directions, as several wishes at once; the mean raised the dev pool's fidelity 0.502 -> 0.548 (docs/crm.md run 21).
+PROFILE_READING = "mean"
 SETTINGS = {"contrast": CONTRAST, "long_line_words": LONG_LINE_WORDS, "clauses": "first_person", "dislike": True,
-            "top_k": TOP_K, "scale": SCALE, "negation_penalty": NEGATION_PENALTY, "temperature": TEMPERATURE,
+            "top_k": TOP_K, "scale": SCALE, "profile_reading": PROFILE_READING, "negation_penalty": NEGATION_PENALTY,
+            "temperature": TEMPERATURE,
             "match_center": MATCH_CENTER, "match_width": MATCH_WIDTH}
 
 
@@ -86,6 +92,11 @@ def bank_phrasings() -> tuple[list[str], list[str]]:
                 labels.append(f"{name}:{direction}")
                 texts.append(text)
     return labels, texts
+
+
+def profile_reading(line_readings: np.ndarray) -> np.ndarray:
+    """A profile's reading from its lines' (lines × directions): PROFILE_READING."""
+    return line_readings.mean(axis=0) if PROFILE_READING == "mean" else line_readings.max(axis=0)
 
 
 def negated(text: str) -> bool:
@@ -167,6 +178,7 @@ class PrototypeBank:
     labels: list[str]  # per phrasing: "property:direction"
     vectors: np.ndarray  # per phrasing: its L2-normalized embedding
     negations: list[bool]  # per phrasing: whether it is worded as a negation
+    texts: list[str] | None = None  # per phrasing: its text (saved with it, so an encoder need not embed it again)
 
     @property
     def directions(self) -> list[str]:
@@ -205,8 +217,8 @@ class PrototypeBank:
         from safetensors.numpy import save_file
 
         save_file({"vectors": np.ascontiguousarray(self.vectors, dtype=np.float32)}, folder / WEIGHTS_FILE)
-        (folder / SHAPE_FILE).write_text(json.dumps({"labels": self.labels, "negations": self.negations, **SETTINGS},
-                                                    indent=2), encoding="utf-8")
+        (folder / SHAPE_FILE).write_text(json.dumps({"labels": self.labels, "negations": self.negations,
+                                                     "texts": self.texts, **SETTINGS}, indent=2), encoding="utf-8")
 
     @classmethod
     def load(cls, folder: Path) -> "PrototypeBank | None":
@@ -217,4 +229,5 @@ class PrototypeBank:
         shape = json.loads((folder / SHAPE_FILE).read_text(encoding="utf-8"))
         if {k: shape.get(k) for k in SETTINGS} != SETTINGS:
             raise ValueError(f"{folder} reads criteria with other prototype settings: retrain it")
-        return cls(shape["labels"], load_file(folder / WEIGHTS_FILE)["vectors"].astype(np.float64), shape["negations"])
+        return cls(shape["labels"], load_file(folder / WEIGHTS_FILE)["vectors"].astype(np.float64), shape["negations"],
+                   shape.get("texts"))

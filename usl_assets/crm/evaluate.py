@@ -17,7 +17,7 @@ from scipy.stats import spearmanr
 from usl_assets.crm.data import TEST_SPLITS
 from usl_assets.crm.interface import ScoreItem
 from usl_assets.crm.judge_pairs import HELDOUT_SPLIT
-from usl_assets.crm.model import NEUTRAL_CRITERIA
+from usl_assets.crm.interface import NEUTRAL_CRITERIA
 from usl_assets.markdown import markdown_table as shared_markdown_table
 from usl_assets.preferences.canonical import CriteriaBook, RecordProblem, user_criteria, user_row
 

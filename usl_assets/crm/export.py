@@ -22,8 +22,8 @@ from usl_assets.crm import features as features_module
 from usl_assets.crm.evaluate import TEST_SPLITS, stable_rank
 from usl_assets.crm.model import (CRITERIA_INTRO, SYSTEM_PREAMBLE, TRUNCATION_RULE, FactorizedHead, input_budget,
                                   system_message)
-from usl_assets.crm.scorer import checkpoint_backbone, load_factorized_parts, load_merged_cross
-from usl_assets.crm.train import read_checkpoint_info
+from usl_assets.crm.checkpoints import checkpoint_backbone, read_checkpoint_info
+from usl_assets.crm.scorer import load_factorized_parts, load_merged_cross
 
 FACTORIZED_LOADER = '''"""Load the exported factorized CRM with torch + transformers only (see docs/crm.md)."""
 import json

@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from scipy import sparse
-from sklearn.preprocessing import normalize
 
 from usl_assets.crm.judge_pairs import model_family
 from usl_assets.crm.splits import prompt_key
@@ -53,6 +52,8 @@ class GradedAnswers:
     @classmethod
     def build(cls, table: pd.DataFrame) -> "GradedAnswers":
         """From crm.graded_answers rows (prompt, model, response, strength), in a canonical order."""
+        from sklearn.preprocessing import normalize  # here: loading a checkpoint needs no scikit-learn
+
         table = table.assign(prompt_key=table["prompt"].map(prompt_key)).sort_values(
             ["prompt_key", "model"], kind="stable").reset_index(drop=True)
         counts = _counts(list(table["response"]))
@@ -82,6 +83,8 @@ class GradedAnswers:
         known = np.flatnonzero(ends - starts >= 2)
         if not len(known):
             return out, best
+        from sklearn.preprocessing import normalize
+
         queries = normalize(_counts([responses[i] for i in known]) @ sparse.diags(self.idf)).tocsr()
         by_prompt: dict[tuple[int, int], list[int]] = {}
         for row, i in enumerate(known):

@@ -1,6 +1,6 @@
 """What the scoring and leaderboard stages need from a trained CRM, whichever architecture it is.
 
-`usl_assets.crm.scorer.load_scorer(checkpoint_dir)` returns a RewardScorer. Rewards are Bradley–Terry logits:
+`usl_assets.crm.checkpoints.load_scorer(checkpoint_dir)` returns a RewardScorer. Rewards are Bradley–Terry logits:
 only differences between responses scored under the same criteria mean anything.
 """
 
@@ -8,6 +8,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+
+# What crm_no_criteria sees instead of the user's criteria.
+NEUTRAL_CRITERIA = ("The response answers the user's request.",)
+
+
+def criteria_text(criteria: tuple[str, ...]) -> str:
+    """A criteria profile as one text (the factorized encoder's view; the linear CRM's cache key)."""
+    return "\n".join(f"* {line}" for line in criteria) if criteria else "* (no criteria)"
 
 
 @dataclass(frozen=True)

@@ -11,48 +11,65 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 
 from usl_assets.crm import linear
 from usl_assets.crm import criteria_prototypes
 from usl_assets.crm.backbones import Backbone
 from usl_assets.crm.criteria_prototypes import PrototypeBank
 from usl_assets.crm.graded_answers import GradedAnswers
-from usl_assets.crm.interface import ScoreItem
-from usl_assets.crm.model import criteria_text, embed_texts, load_encoder
+from usl_assets.crm.interface import ScoreItem, criteria_text
+from usl_assets.crm import numpy_encoder
+from usl_assets.crm.numpy_encoder import NumpyBertEncoder, supports
 
 LENGTH_ONLY_DIR = "length_only"
 
 
 class CriteriaEncoder:
     """The frozen backbone as a criteria embedder (mean pooling, L2 norm), with an in-memory cache; with a
-    prototype bank, each profile's vector also carries its reading (crm/criteria_prototypes.py)."""
+    prototype bank, each profile's vector also carries its reading (crm/criteria_prototypes.py). A BERT backbone
+    (MiniLM, the default) runs in NumPy (crm/numpy_encoder.py: no torch is loaded), any other through torch."""
 
     def __init__(self, backbone: Backbone, max_length: int, bank: PrototypeBank | None = None):
-        with torch.random.fork_rng(devices=[]):  # seeded load, the caller's RNG untouched
-            torch.manual_seed(0)
-            self.encoder, self.tokenizer = load_encoder(backbone, torch.device("cpu"), None)
-        self.encoder.eval()
+        self.numpy = NumpyBertEncoder(Path(backbone.path), max_length) if supports(Path(backbone.path)) else None
+        if self.numpy is None:
+            import torch
+
+            from usl_assets.crm.model import load_encoder
+
+            with torch.random.fork_rng(devices=[]):  # seeded load, the caller's RNG untouched
+                torch.manual_seed(0)
+                self.encoder, self.tokenizer = load_encoder(backbone, torch.device("cpu"), None)
+            self.encoder.eval()
         self.max_length = max_length
         self.bank = bank
         self._cache: dict[str, np.ndarray] = {}
+        if bank is not None and bank.texts is not None:  # its phrasings, embedded when it was built
+            self._cache.update(zip(bank.texts, bank.vectors))
 
     def with_training_bank(self) -> "CriteriaEncoder":
         """Build the prototype bank from the training phrasings (embedded once)."""
         labels, texts = criteria_prototypes.bank_phrasings()
         vectors = self.embed_lines(texts)
         self.bank = PrototypeBank(labels, np.stack([vectors[text] for text in texts]),
-                                  [criteria_prototypes.negated(text) for text in texts])
+                                  [criteria_prototypes.negated(text) for text in texts], list(texts))
         return self
 
     def embed_lines(self, lines: list[str], batch_size: int = 32) -> dict[str, np.ndarray]:
         missing = sorted(set(lines) - self._cache.keys())
         for start in range(0, len(missing), batch_size):
             batch = missing[start:start + batch_size]
-            with torch.inference_mode():
-                vectors = embed_texts(self.encoder, self.tokenizer, batch, self.max_length, torch.device("cpu"))
-            self._cache.update(zip(batch, vectors.numpy().astype(np.float64)))
+            self._cache.update(zip(batch, self._embed_batch(batch).astype(np.float64)))
         return {line: self._cache[line] for line in lines}
+
+    def _embed_batch(self, batch: list[str]) -> np.ndarray:
+        if self.numpy is not None:
+            return self.numpy.embed(batch)
+        import torch
+
+        from usl_assets.crm.model import embed_texts
+
+        with torch.inference_mode():
+            return embed_texts(self.encoder, self.tokenizer, batch, self.max_length, torch.device("cpu")).numpy()
 
     def embed(self, criteria: list[tuple[str, ...]]) -> np.ndarray:
         """One row per criteria profile: the normalized mean of its criteria's embeddings, each criterion
@@ -62,7 +79,8 @@ class CriteriaEncoder:
         rows = [np.mean([vectors[line] for line in profile], axis=0) for profile in profiles]
         rows = [row / max(np.linalg.norm(row), 1e-12) for row in rows]
         if self.bank is not None:
-            rows = [np.concatenate([row, self.bank.read_lines(list(profile), self.embed_lines).max(axis=0)])
+            rows = [np.concatenate([row, criteria_prototypes.profile_reading(
+                        self.bank.read_lines(list(profile), self.embed_lines))])
                     for row, profile in zip(rows, profiles)]
         return np.stack(rows) if rows else np.zeros((0, 1))
 
@@ -88,7 +106,8 @@ def linear_fit_key(train_config) -> dict:
     from usl_assets.crm import graded_answers
 
     return {**linear.config_dict(linear_config(train_config)), "graded_temperature": graded_answers.TEMPERATURE,
-            "row_features": list(linear.ROW_FEATURES), "criteria_prototypes": criteria_prototypes.SETTINGS}
+            "row_features": list(linear.ROW_FEATURES), "criteria_prototypes": criteria_prototypes.SETTINGS,
+            "criteria_encoder": numpy_encoder.VERSION}
 
 
 def train_linear(pairs: pd.DataFrame, backbone: Backbone, train_config, folder: Path, log,

@@ -21,19 +21,12 @@ from usl_assets.pooling import mean_pool
 SYSTEM_PREAMBLE = "You are a helpful assistant."
 CRITERIA_INTRO = ("Judge the assistant's response to the user by how well it meets the user's criteria. "
                   "The criteria are:")
-# What crm_no_criteria sees instead of the user's criteria.
-NEUTRAL_CRITERIA = ("The response answers the user's request.",)
 
 
 def system_message(criteria: tuple[str, ...]) -> str:
     if not criteria:
         return SYSTEM_PREAMBLE
     return f"{SYSTEM_PREAMBLE} {CRITERIA_INTRO}\n" + "\n".join(f"* {line}" for line in criteria)
-
-
-def criteria_text(criteria: tuple[str, ...]) -> str:
-    """The factorized encoder's view of a criteria profile."""
-    return "\n".join(f"* {line}" for line in criteria) if criteria else "* (no criteria)"
 
 
 def clip_text(tokenizer, text: str, max_tokens: int) -> str:

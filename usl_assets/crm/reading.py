@@ -5,7 +5,7 @@ The linear CRM's reward is r(c, p, a) = u·h(a) + (v + W e(c))·f(p, a) (crm/lin
 reward only through coef(c) = v + W e(c), one coefficient per standardized feature. For each property (its
 features: properties.PROPERTY_FEATURES, kept to the features the checkpoint has)
 
-    shift(c) = Σ over the property's features of (coef(c) − coef(neutral)),   neutral = model.NEUTRAL_CRITERIA
+    shift(c) = Σ over the property's features of (coef(c) − coef(neutral)),   neutral = interface.NEUTRAL_CRITERIA
 
 is how much more (or less) the reward pays for one standard deviation more of each of those features than under
 neutral criteria. Every text shifts it, though (W is linear in a sentence embedding): on linear CRMs trained on
@@ -35,7 +35,7 @@ import pandas as pd
 
 from usl_assets.crm import properties as property_rules
 from usl_assets.crm.linear import ROW_FEATURES
-from usl_assets.crm.model import NEUTRAL_CRITERIA
+from usl_assets.crm.interface import NEUTRAL_CRITERIA
 
 UP2, UP, SAME, DOWN, DOWN2, UNKNOWN = "↑↑", "↑", "·", "↓", "↓↓", "?"
 # Of a property's level: ↑↑ from three quarters of it (a typical trained phrasing of the property reads ↑↑, a

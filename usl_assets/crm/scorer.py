@@ -1,6 +1,7 @@
-"""Trained CRMs as RewardScorers (usl_assets/crm/interface.py), and where the default checkpoint is.
+"""Trained CRMs as RewardScorers (usl_assets/crm/interface.py); where the checkpoints are: crm/checkpoints.py.
 
-`load_scorer(dir)` reads `crm.json` and returns a CrossScorer or a FactorizedScorer (a CachedResponseScorer).
+`load_neural_scorer` returns a CrossScorer or a FactorizedScorer (a CachedResponseScorer) for a neural checkpoint;
+checkpoints.load_scorer(dir) is the entry point for every architecture (the linear CRM needs no torch).
 Adapters are merged into the backbone at load time, so scoring runs the plain model under inference mode,
 batched by length with dynamic padding.
 """
@@ -17,15 +18,12 @@ from tqdm.auto import tqdm
 from usl_assets.crm.backbones import Backbone, resolve_backbone
 from usl_assets.crm.features import feature_matrix
 from usl_assets.crm.interface import ScoreItem
-from usl_assets.crm.model import (FactorizedHead, collate, criteria_text, embed_texts, encode_cross,
+from usl_assets.crm.interface import criteria_text
+from usl_assets.crm.model import (FactorizedHead, collate, embed_texts, encode_cross,
                                   load_cross_model, load_encoder)
-from usl_assets.crm.train import CHECKPOINT_FILE, device_and_dtype, is_finished, read_checkpoint_info
-from usl_assets.settings import UslConfigError
+from usl_assets.crm.checkpoints import checkpoint_backbone
+from usl_assets.crm.train import device_and_dtype
 
-ARCHITECTURES = ("linear", "factorized", "cross")
-DEFAULT_ARCHITECTURE = "linear"
-DEFAULT_FILE = "default.json"  # $USL_HOME/models/crm/default.json: the configured default architecture
-LATEST_FILE = "latest.json"  # $USL_HOME/models/crm/<architecture>/latest.json: the last materialized checkpoint
 
 
 def _length_batches(lengths: list[int], batch_size: int) -> Iterator[list[int]]:
@@ -129,18 +127,9 @@ def _with_history(item: ScoreItem) -> str:
 # Loading
 
 
-def load_scorer(checkpoint_dir: Path | str, length_only: bool = False):
-    """A RewardScorer for a finished checkpoint folder (linear, factorized or cross); `length_only`: the linear
-    CRM's length-only twin."""
-    folder = Path(checkpoint_dir)
-    if not is_finished(folder):
-        raise UslConfigError(f"{folder} is not a finished CRM checkpoint (no {CHECKPOINT_FILE})")
-    info = read_checkpoint_info(folder)
+def load_neural_scorer(folder: Path, info: dict):
+    """A CrossScorer or FactorizedScorer for a finished neural checkpoint (checkpoints.load_scorer dispatches)."""
     backbone = checkpoint_backbone(info)
-    if info["architecture"] == "linear":
-        from usl_assets.crm.linear_crm import load_linear_scorer
-
-        return load_linear_scorer(folder, backbone, info["checkpoint_id"], length_only=length_only)
     max_length = int(info["hyperparameters"]["max_length"])
     if info["architecture"] == "cross":
         model, tokenizer = load_merged_cross(folder, backbone)
@@ -149,13 +138,6 @@ def load_scorer(checkpoint_dir: Path | str, length_only: bool = False):
     return FactorizedScorer(encoder, tokenizer, head, max_length, info["checkpoint_id"])
 
 
-def checkpoint_backbone(info: dict) -> Backbone:
-    """The backbone a checkpoint's info (read_checkpoint_info) names; its folder must still exist."""
-    described = info["backbone"]
-    path = Path(described["path"])
-    if not (path / "config.json").exists():
-        raise UslConfigError(f"the checkpoint's backbone folder {path} is missing (materialize its backbone)")
-    return Backbone(described["name"], path, described["kind"], described["identity"])
 
 
 def load_merged_cross(folder: Path, backbone: Backbone):
@@ -214,38 +196,4 @@ def base_scorer(backbone_name: str, backbones_root: Path, max_length: int, seed:
     return CrossScorer(model, tokenizer, backbone.kind, max_length, f"base-{backbone.identity}")
 
 
-def write_default_architecture(crm_root: Path, architecture: str, checkpoint_id: str | None = None) -> None:
-    """Record the default (asset crm_default_checkpoint) for what runs outside Dagster: the CLI and the page."""
-    crm_root.mkdir(parents=True, exist_ok=True)
-    chosen = {"architecture": architecture, **({"checkpoint_id": checkpoint_id} if checkpoint_id else {})}
-    (crm_root / DEFAULT_FILE).write_text(json.dumps(chosen), encoding="utf-8")
 
-
-def mark_latest(crm_root: Path, architecture: str, checkpoint_id: str) -> None:
-    """Record the checkpoint the last training materialization produced (or reused)."""
-    (crm_root / architecture / LATEST_FILE).write_text(json.dumps({"checkpoint_id": checkpoint_id}),
-                                                        encoding="utf-8")
-
-
-def default_checkpoint(usl_home_root: Path | str, architecture: str | None = None) -> Path:
-    """The last materialized checkpoint of `architecture`, else the newest finished one. Without an architecture:
-    the default that crm_default_checkpoint recorded (its checkpoint while that is still there)."""
-    crm_root = Path(usl_home_root) / "models" / "crm"
-    if architecture is None:
-        configured = crm_root / DEFAULT_FILE
-        chosen = json.loads(configured.read_text(encoding="utf-8")) if configured.exists() else {}
-        architecture = chosen.get("architecture", DEFAULT_ARCHITECTURE)
-        recorded = crm_root / str(architecture) / chosen.get("checkpoint_id", "")
-        if chosen.get("checkpoint_id") and is_finished(recorded):
-            return recorded
-    if architecture not in ARCHITECTURES:
-        raise UslConfigError(f"unknown CRM architecture {architecture!r}: use one of {', '.join(ARCHITECTURES)}")
-    latest = crm_root / architecture / LATEST_FILE
-    if latest.exists():
-        marked = crm_root / architecture / json.loads(latest.read_text(encoding="utf-8"))["checkpoint_id"]
-        if is_finished(marked):
-            return marked
-    finished = [p.parent for p in (crm_root / architecture).glob(f"*/{CHECKPOINT_FILE}")]
-    if not finished:
-        raise UslConfigError(f"no trained {architecture} CRM under {crm_root}: materialize crm_{architecture} first")
-    return max(finished, key=lambda p: read_checkpoint_info(p)["created_at"])

@@ -29,10 +29,10 @@ import torch
 from usl_assets.crm.backbones import Backbone
 from usl_assets.crm.features import FEATURE_NAMES
 from usl_assets.crm.linear import TrainingTimeLimit
-from usl_assets.crm.train_state import CHECKPOINT_FILE, is_finished, latest_state, read_checkpoint_info
+from usl_assets.crm.checkpoints import CHECKPOINT_FILE, is_finished, read_checkpoint_info
+from usl_assets.crm.train_state import latest_state
 
-__all__ = ["CHECKPOINT_FILE", "TrainConfig", "TrainResult", "bt_loss", "checkpoint_id", "device_and_dtype",
-           "is_finished", "latest_state", "read_checkpoint_info", "train_crm"]
+__all__ = ["TrainConfig", "TrainResult", "bt_loss", "checkpoint_id", "device_and_dtype", "latest_state", "train_crm"]
 
 Log = Callable[[str], None]
 

@@ -9,7 +9,6 @@ so restoring the step restores the sampler position and the schedule. A state is
 resumes ignore.
 """
 
-import json
 import random
 import shutil
 from pathlib import Path
@@ -17,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-CHECKPOINT_FILE = "crm.json"
 
 
 def _complete_states(folder: Path) -> list[Path]:
@@ -57,11 +55,3 @@ def restore_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])
-
-
-def is_finished(folder: Path) -> bool:
-    return (folder / CHECKPOINT_FILE).exists()
-
-
-def read_checkpoint_info(folder: Path) -> dict:
-    return json.loads((folder / CHECKPOINT_FILE).read_text(encoding="utf-8"))

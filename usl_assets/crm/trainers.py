@@ -13,7 +13,8 @@ import torch
 from usl_assets.crm.backbones import Backbone
 from usl_assets.crm.features import FEATURE_NAMES, feature_matrix
 from usl_assets.crm.interface import ScoreItem
-from usl_assets.crm.model import (FactorizedHead, collate, criteria_text, embed_texts, encode_cross,
+from usl_assets.crm.interface import criteria_text
+from usl_assets.crm.model import (FactorizedHead, collate, embed_texts, encode_cross,
                                   load_cross_model, load_encoder, lora_config)
 from usl_assets.crm.train import (Log, TrainConfig, TrainResult, batch_indices, bt_loss, check_time_limit,
                                   device_and_dtype, lr_factor, pair_examples, peak_memory_mb)

@@ -7,7 +7,7 @@ from functools import cache
 import duckdb
 import pandas as pd
 
-from usl_assets.leaderboards.sql_models import SqlModel, load_models
+from usl_assets.leaderboards.sql_files import SqlModel, load_models
 
 # leaderboard.response_scores' columns; the ones ad hoc rewards may lack are filled (profile: one ad hoc profile)
 RESPONSE_SCORES_COLUMNS = ["pool", "prompt_id", "model", "profile", "scenario", "scenario_group", "length_chars",

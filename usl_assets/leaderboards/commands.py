@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
@@ -15,8 +16,10 @@ import pandas as pd
 
 from usl_assets.leaderboards import ranking
 from usl_assets.leaderboards.adhoc_comparisons import pairs_from_rewards, reference_wins_from_rewards
-from usl_assets.resources import Warehouse
 from usl_assets.settings import UslConfigError, usl_home
+
+if TYPE_CHECKING:
+    from usl_assets.resources import Warehouse
 
 RANK_RULE = ("Rank: 1 + the number of models whose 95% interval lies wholly above this model's (Chatbot Arena's "
              "rule); models whose intervals overlap share a rank, marked =.")
@@ -75,7 +78,10 @@ def check_criteria_text(criteria: list[str]) -> None:
 
 def read_published(sql: str, params: list | None = None, path: Path | None = None) -> pd.DataFrame:
     """Query the published copy (read-only): analysts and this command never read the file Dagster writes."""
-    path = path or Warehouse().published_path()
+    if path is None:
+        from usl_assets.resources import Warehouse  # Dagster's resources: loaded past argument parsing
+
+        path = Warehouse().published_path()
     if not path.exists():
         raise UslConfigError(f"no published warehouse at {path}: materialize the leaderboards first (usl run)")
     with duckdb.connect(str(path), read_only=True) as conn:
@@ -113,12 +119,13 @@ ADHOC_CACHE = ("adhoc", "scores.duckdb")
 COPIED_TABLES = ("responses.responses", "responses.prompt_sample")
 
 
-def adhoc_cache(published: Path | None = None) -> Warehouse:
+def adhoc_cache(published: Path | None = None) -> "Warehouse":
     """A DuckDB file of the CLI's own ($USL_HOME/adhoc/scores.duckdb) for ad hoc scoring: the responses it scores,
     copied from the published copy when that changes, with the response rows scoring cached there
     (scoring.response_embeddings: a new criterion then costs one criteria embedding and a matrix product, not a
     pass over every answer), its ad hoc profiles and their reward cache. The file Dagster writes is never opened,
     so this works while a materialization runs."""
+    from usl_assets.resources import Warehouse
     from usl_assets.scoring.cache import EMBEDDINGS, EMBEDDINGS_TABLE, ensure_tables
 
     published = published or Warehouse().published_path()

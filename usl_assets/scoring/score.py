@@ -44,7 +44,7 @@ def checkpoint_dir(usl_home_root: Path, checkpoint: str = "", architecture: str 
         if not path.is_dir():
             raise UslConfigError(f"CRM checkpoint {checkpoint} is not a folder: give a checkpoint directory")
         return path
-    from usl_assets.crm.scorer import default_checkpoint
+    from usl_assets.crm.checkpoints import default_checkpoint
 
     return Path(default_checkpoint(usl_home_root, architecture))
 
@@ -56,7 +56,7 @@ def load_scorer(usl_home_root: Path, checkpoint: str = "", architecture: str | N
 @lru_cache(maxsize=2)
 def _load_scorer_once(path: str) -> RewardScorer:
     # Kept in memory: the custom leaderboard scores several profiles in one process.
-    from usl_assets.crm.scorer import load_scorer as load_crm_scorer
+    from usl_assets.crm.checkpoints import load_scorer as load_crm_scorer
 
     return load_crm_scorer(Path(path))
 
