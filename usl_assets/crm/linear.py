@@ -164,11 +164,19 @@ class LinearWeights:
     graded: GradedAnswers | None = None
     supported_view: bool = False  # LinearConfig.supported_view at training
     common: frozenset = frozenset()  # the training answers' common stems (relevance.common_stems)
+    graded_folder: Path | None = None  # a loaded checkpoint's folder: its graded answers are read when first needed
+
+    def graded_answers(self) -> GradedAnswers | None:
+        """The graded answers, read from the checkpoint on first use (a row cached by scoring never needs them, so
+        a new criterion on the command line does not pay for reading them)."""
+        if self.graded is None and self.graded_folder is not None:
+            self.graded, self.graded_folder = GradedAnswers.load(self.graded_folder), None
+        return self.graded
 
     def response_rows(self, prompts: list[str], responses: list[str]) -> np.ndarray:
         """Per response: [u·h(a), then ROW_FEATURES raw] (float32): what scoring caches."""
-        uses_graded = self.graded is not None and GRADED_COLUMN in self.columns
-        graded = graded_matrix(self.graded if uses_graded else None, prompts, responses)
+        graded_answers = self.graded_answers() if GRADED_COLUMN in self.columns else None
+        graded = graded_matrix(graded_answers, prompts, responses)
         features, views = raw_features(prompts, responses, graded, self.supported_view, self.common)
         ngram = ngram_matrix(views) @ self.u if np.any(self.u) else np.zeros(len(responses))
         return np.concatenate([np.asarray(ngram, np.float64).reshape(-1, 1), features], axis=1).astype(np.float32)
@@ -184,7 +192,7 @@ class LinearWeights:
         tensors = {name: np.ascontiguousarray(getattr(self, name), dtype=np.float32)
                    for name in ("u", "v", "gate", "feature_mean", "feature_std")}
         save_file(tensors, folder / WEIGHTS_FILE)
-        if self.graded is not None and GRADED_COLUMN in self.columns:
+        if GRADED_COLUMN in self.columns and self.graded_answers() is not None:
             self.graded.save(folder)
         shape = {"columns": self.columns, "feature_names": [ROW_FEATURES[c] for c in self.columns], "beta": self.beta,
                  "supported_view": self.supported_view, "common_stems": sorted(self.common)}
@@ -200,7 +208,7 @@ class LinearWeights:
         if saved is not None and saved != [ROW_FEATURES[c] for c in shape["columns"]]:
             raise ValueError(f"{folder} was trained on another feature layout ({', '.join(saved)}): retrain it")
         return cls(**{k: v.astype(np.float64) for k, v in tensors.items()}, columns=shape["columns"],
-                   beta=shape["beta"], graded=GradedAnswers.load(folder),
+                   beta=shape["beta"], graded=None, graded_folder=folder,
                    supported_view=shape.get("supported_view", False),
                    common=frozenset(shape.get("common_stems", ())))
 
