@@ -181,9 +181,16 @@ class LinearWeights:
         ngram = ngram_matrix(views) @ self.u if np.any(self.u) else np.zeros(len(responses))
         return np.concatenate([np.asarray(ngram, np.float64).reshape(-1, 1), features], axis=1).astype(np.float32)
 
+    def scaled_features(self, rows: np.ndarray) -> np.ndarray:
+        """The standardized features f(p, a) of response rows ([n-gram score, ROW_FEATURES raw])."""
+        return (rows[:, 1:][:, self.columns].astype(np.float64) - self.feature_mean) / self.feature_std
+
+    def coefficients(self, criteria_vector: np.ndarray) -> np.ndarray:
+        """v + W e(c): each standardized feature's coefficient under one criteria vector."""
+        return self.v + self.gate @ np.asarray(criteria_vector, np.float64)
+
     def score_rows(self, rows: np.ndarray, criteria_vector: np.ndarray) -> np.ndarray:
-        scaled = (rows[:, 1:][:, self.columns].astype(np.float64) - self.feature_mean) / self.feature_std
-        coefficients = self.v + self.gate @ np.asarray(criteria_vector, np.float64)
+        scaled, coefficients = self.scaled_features(rows), self.coefficients(criteria_vector)
         return (rows[:, 0].astype(np.float64) + scaled @ coefficients).astype(np.float32)
 
     def save(self, folder: Path, extra: dict) -> None:

@@ -393,7 +393,7 @@ def about(args: argparse.Namespace, board: Leaderboard) -> dict:
             "checkpoint_id": board.checkpoint_id, "reference_model": board.reference, "rank_rule": RANK_RULE,
             "ranked_by": board.scope,
             "topics": [{"topic": topic, "n_prompts": int(prompts[topic]) if topic in prompts else 0}
-                       for topic in ["all", *board.topics, *([board.scope] if len(board.topics) > 1 else [])]]}
+                       for topic in slices_of(board.topics)]}
 
 
 def show_leaderboard(args: argparse.Namespace) -> int:

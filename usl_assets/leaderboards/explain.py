@@ -44,12 +44,14 @@ def term_of(feature: str) -> str:
 def reward_terms(weights, rows: np.ndarray, criteria_vectors: np.ndarray) -> pd.DataFrame:
     """Per response (a row of `rows`: [n-gram score, ROW_FEATURES raw], under its own criteria vector): the reward's
     terms, one column each; they add up to the reward (LinearWeights.score_rows)."""
-    rows = np.asarray(rows, np.float64)
+    rows = np.asarray(rows)
     criteria_vectors = np.atleast_2d(np.asarray(criteria_vectors, np.float64))
-    scaled = (rows[:, 1:][:, weights.columns] - weights.feature_mean) / weights.feature_std
-    coefficients = weights.v + criteria_vectors @ np.asarray(weights.gate, np.float64).T
-    contributions = scaled * coefficients
-    terms = {NGRAM_TERM: rows[:, 0]}
+    if len(criteria_vectors) == 1:
+        criteria_vectors = np.repeat(criteria_vectors, len(rows), axis=0)
+    distinct, which = np.unique(criteria_vectors, axis=0, return_inverse=True)
+    coefficients = np.stack([weights.coefficients(vector) for vector in distinct])[which.reshape(-1)]
+    contributions = weights.scaled_features(rows) * coefficients
+    terms = {NGRAM_TERM: rows[:, 0].astype(np.float64)}
     for position, column in enumerate(weights.columns):
         name = term_of(ROW_FEATURES[column])
         terms[name] = terms.get(name, 0.0) + contributions[:, position]
@@ -129,7 +131,7 @@ def explain_model(model: str, board, pool: str, criteria: list[str], home: Path 
                                        responses["response"].iloc[missing].tolist()) if missing else [])
     rows = np.stack([cached[h] if h in cached else computed[missing.index(i)] for i, h in enumerate(hashes)])
     if criteria:
-        vectors = np.repeat(scorer.embed_criteria([tuple(criteria)]), len(responses), axis=0)
+        vectors = scorer.embed_criteria([tuple(criteria)])  # one vector for every row
     else:  # each prompt under its scenario's default criteria, as scoring scores it
         by_scenario = dict(zip(defaults["scenario"], defaults["criteria"]))
         scenarios = list(dict.fromkeys(responses["scenario"]))

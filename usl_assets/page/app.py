@@ -155,7 +155,7 @@ class Page:
             a, b = rows.iloc[0], rows.iloc[1]
             under = (f"your {len(criteria)} criteria (tab 2)" if criteria
                      else f"the default criteria of {inputs.as_text(a['scenario'])}")
-            verdict = views.compare_verdict(rows, under, self.data.temperature(),
+            verdict = views.compare_verdict(rows, under, self.data.temperature,
                                             getattr(self.data.scorer, "architecture", "neural"))
             return (a["prompt"], a["response"], f"reward {a['reward']:.3f}", b["response"],
                     f"reward {b['reward']:.3f}", verdict, a["response"], b["response"])

@@ -106,6 +106,7 @@ class PageData:
         self.methods = {pool: list(part["method"]) for pool, part in rankings.groupby("pool")}
         self.topics = {pool: pool_topics(pool, published) for pool in self.pools}
         self.profiles = self._named_profiles()
+        self.temperature = usl_soft_temperature(published)  # usl_soft's k: a reward gap d wins with σ(d/k)
         self.validity = (read_published("SELECT * FROM leaderboard.external_validity", path=published)
                          if "leaderboard.external_validity" in _published_tables(published) else pd.DataFrame())
 
@@ -242,7 +243,3 @@ class PageData:
                 vector = self.scorer.embed_criteria([tuple(criteria)])
             scored.attrs["terms"] = reward_terms(self.scorer.weights, response_rows, vector)
         return scored
-
-    def temperature(self) -> float:
-        """usl_soft's k: a reward difference d is a win probability σ(d/k)."""
-        return usl_soft_temperature(self.published)
