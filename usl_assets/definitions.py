@@ -14,6 +14,7 @@ from usl_assets.preferences import assets as preferences_assets
 from usl_assets.preferences import tagging_assets as preferences_tagging_assets
 from usl_assets.resources import default_resources
 from usl_assets.responses import assets as responses_assets
+from usl_assets.responses import endpoint_assets as responses_endpoint_assets
 from usl_assets.responses import sensors as responses_sensors
 from usl_assets.scoring import assets as scoring_assets
 
@@ -23,6 +24,7 @@ STAGE_MODULES = [
     crm_data_assets,
     crm_model_assets,
     responses_assets,
+    responses_endpoint_assets,
     responses_sensors,
     scoring_assets,
     leaderboards_assets,

@@ -11,6 +11,7 @@ from usl_assets.crm.assets import CrmSettings
 from usl_assets.jobs import DOWNSTREAM_JOB, PARTITIONS_JOB, UPSTREAM_JOB
 from usl_assets.pipeline import PHASE_TAG, cpu_share, phase_figures, plan_phases, run_graph
 from usl_assets_tests.conftest import REPO_ROOT
+from usl_assets_tests.llama_server import MODEL_ID, llama_server  # noqa: F401 (the fixture)
 from usl_assets_tests.test_crm_assets import assert_evaluation_figures
 
 # Three models per pool, the pools' reference models among them (AlpacaEval 2's and MT-Bench's).
@@ -67,7 +68,7 @@ def test_plan_puts_every_asset_in_exactly_one_phase():
     assert {graph.get(k).partitions_def.name for k in partitioned} == {"models"}
 
 
-def test_whole_graph_end_to_end(usl_env, tiny_backbone, tmp_path, monkeypatch, capsys):
+def test_whole_graph_end_to_end(usl_env, tiny_backbone, llama_server, tmp_path, monkeypatch, capsys):  # noqa: F811
     dagster_home = tmp_path / "dagster_home"
     dagster_home.mkdir()
     (dagster_home / "dagster.yaml").write_text((REPO_ROOT / "usl_assets" / "dagster.yaml").read_text())
@@ -123,3 +124,32 @@ def test_whole_graph_end_to_end(usl_env, tiny_backbone, tmp_path, monkeypatch, c
     assert main(["status"]) == 0
     out = capsys.readouterr().out
     assert "leaderboard.rankings" in out and "never" not in out
+
+    # README, "Your own prompts, your own models": a user pool answered by two models of a real llama.cpp server.
+    assert main(["add-pool", "helpdesk", "--prompts", str(REPO_ROOT / "examples" / "helpdesk" / "prompts.jsonl")]) == 0
+    for model, extra in [("smol-plain", []), ("smol-brief", ["--system-prompt", "Answer in one short sentence."])]:
+        assert main(["generate", "--pool", "helpdesk", "--model", model, "--endpoint", llama_server,
+                     "--max-tokens", "40", *extra]) == 0
+    out = capsys.readouterr().out
+    assert "registered pool helpdesk: 35 prompts" in out and "leaderboards rebuilt with helpdesk:smol-brief" in out
+    with duckdb.connect(str(warehouse.published_path()), read_only=True) as published:
+        helpdesk = published.execute(
+            "SELECT method, scenario, count(DISTINCT model) FROM leaderboard.rankings WHERE pool = 'helpdesk' "
+            "AND profile = 'default' GROUP BY ALL").fetchall()
+        settings = published.execute("SELECT model, api_model, system_prompt, answered FROM responses.generations "
+                                     "ORDER BY model").fetchall()
+        pools_listed = published.execute("SELECT pool, kind FROM responses.pools ORDER BY pool").fetchall()
+        network_prompts = published.execute(
+            "SELECT any_value(n_prompts) FROM leaderboard.rankings WHERE pool = 'helpdesk' AND scenario = 'Network' "
+            "AND profile = 'default' AND method = 'usl_soft'").fetchone()[0]
+    assert ("usl_soft", "all", 2) in helpdesk and ("usl_soft", "Network", 2) in helpdesk  # a user topic ranks
+    assert settings == [("smol-brief", MODEL_ID, "Answer in one short sentence.", 35),
+                        ("smol-plain", MODEL_ID, None, 35)]
+    assert ("helpdesk", "user") in pools_listed
+    assert main(["leaderboard", "--pool", "helpdesk", "--topic", "Network", "--criteria",
+                 "The answer gives concrete steps the user can follow."]) == 0
+    out = capsys.readouterr().out
+    # A prompt's topic is its own, not one its tagged scenario implies: your criteria rank the same prompts.
+    assert "smol-plain" in out and "smol-brief" in out and f"ranked by Network: {network_prompts} prompts" in out
+    assert main(["status"]) == 0
+    assert "helpdesk         user       35 prompts    2 models, reference smol-plain" in capsys.readouterr().out

@@ -146,7 +146,8 @@ def test_usl_add_model_loads_one_partition_and_bad_input_gets_one_line(env, shar
     errors = capsys.readouterr().err.strip().splitlines()
     assert len(errors) == 2
     assert "bad.jsonl was not added" in errors[0] and "line 1 is not valid JSON" in errors[0]
-    assert errors[1] == "usl: error: unknown pool 'arena': choose one of alpaca_eval, mt_bench"
+    assert errors[1] == ("usl: error: unknown pool 'arena': choose one of alpaca_eval, mt_bench (`usl add-pool` "
+                         "registers your own)")
 
 
 def test_the_partitions_definition_is_the_shared_models_one():

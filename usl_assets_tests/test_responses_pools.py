@@ -20,8 +20,11 @@ def test_partition_keys_round_trip_and_refuse_unsafe_model_names():
     for bad in ["a...b", "org/model", "a,b", "has space", "", "x" * 101, "-lead"]:
         with pytest.raises(pools.ResponseFileError):
             pools.partition_key("alpaca_eval", bad)
-    with pytest.raises(UslConfigError, match="unknown pool"):
-        pools.partition_key("chatbot_arena", "gpt-4")
+    # A key names a public pool or a user pool's name (registered or since archived); only the name's form is checked.
+    assert pools.split_partition_key("helpdesk:gpt-4") == ("helpdesk", "gpt-4")
+    for bad_pool in ["Chatbot Arena", "a/b", "x" * 41, ""]:
+        with pytest.raises(UslConfigError, match="is not a pool name"):
+            pools.partition_key(bad_pool, "gpt-4")
     with pytest.raises(UslConfigError):
         pools.split_partition_key("no-separator")
 

@@ -10,7 +10,8 @@ from pydantic import Field
 
 from usl_assets.leaderboards import audit_assets, incremental, ranking, validity
 from usl_assets.leaderboards.sql_models import GROUP, build_sql_models
-from usl_assets.resources import WAREHOUSE_POOL, DataDir, Warehouse
+from usl_assets.resources import WAREHOUSE_POOL, DataDir, UslHome, Warehouse
+from usl_assets.responses import user_pools
 from usl_assets.responses.sensors import (
     ADDED_MODEL_TAG,
     AFTER_ADDED_MODEL_TAG,
@@ -35,18 +36,22 @@ class ReferenceModelsConfig(dg.Config):
     reference_models: dict[str, str] = Field(
         default=ranking.DEFAULT_REFERENCE_MODELS,
         description="pool → the model every response is compared with for the USL score "
-                    "(AlpacaEval 2 uses gpt4_1106_preview; MT-Bench's reference answers are gpt-4's)",
+                    "(AlpacaEval 2 uses gpt4_1106_preview; MT-Bench's reference answers are gpt-4's). A user pool's "
+                    "reference is its own (`usl add-pool --reference-model`, `usl set-reference`); an entry here "
+                    "overrides it",
     )
 
 
 @dg.asset(group_name=GROUP, deps=["model_responses"], pool=WAREHOUSE_POOL, kinds={"duckdb"},
-          description="leaderboard.reference_models: the reference model of each pool (config) and whether its "
-                      "responses are loaded")
-def reference_models(context: dg.AssetExecutionContext, config: ReferenceModelsConfig,
+          description="leaderboard.reference_models: the reference model of each pool (config; a user pool's own) "
+                      "and whether its responses are loaded")
+def reference_models(context: dg.AssetExecutionContext, config: ReferenceModelsConfig, usl_home: UslHome,
                      warehouse: Warehouse) -> dg.MaterializeResult:
     require_tables(warehouse, "responses.responses")
     pool_models = warehouse.query("SELECT DISTINCT pool, model FROM responses.responses")
-    table = ranking.reference_models_table(config.reference_models, pool_models)
+    own = {name: record.reference_model for name, record in user_pools.registered_pools(usl_home.root()).items()
+           if record.reference_model}
+    table = ranking.reference_models_table({**own, **config.reference_models}, pool_models)
     for row in table[~table["reference_present"]].itertuples():
         context.log.warning(f"pool {row.pool}: reference model {row.reference_model!r} has no responses; "
                             "the pool gets Bradley–Terry ratings only (set reference_models in the asset config)")

@@ -30,7 +30,7 @@ METHODS = ranking.METHODS
 def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
     """The arguments of `usl leaderboard`."""
     parser.description = f"Rank a pool's models overall and per topic. {RANK_RULE}"
-    parser.add_argument("--pool", required=True, help="response pool, e.g. alpaca_eval or mt_bench")
+    parser.add_argument("--pool", required=True, help="response pool: alpaca_eval, mt_bench or a user pool (usl add-pool)")
     parser.add_argument("--topic", action="append", default=[], metavar="T",
                         help="a scenario (e.g. code_generation) or scenario group (e.g. Code); repeatable. The "
                              "ranking (rank, order, interval, prompt count) is then over the chosen topics' prompts, "
@@ -95,6 +95,13 @@ def pool_topics(pool: str, published: Path | None = None) -> pd.DataFrame:
         raise UslConfigError(f"unknown pool {pool!r}: the published leaderboard has {', '.join(pools['pool'])}")
     return read_published("SELECT DISTINCT scenario, scenario_group FROM leaderboard.response_scores "
                           "WHERE pool = ? ORDER BY scenario", [pool], path=published)
+
+
+def prompt_groups(pool: str, published: Path | None = None) -> pd.DataFrame:
+    """prompt_id, scenario_group of the pool's scored prompts: a prompt's group is its own (a user pool's topic),
+    not one implied by its scenario."""
+    return read_published("SELECT DISTINCT prompt_id, scenario_group FROM leaderboard.response_scores "
+                          "WHERE pool = ?", [pool], path=published)
 
 
 def check_topics(topics: list[str], known: pd.DataFrame, pool: str) -> None:
@@ -200,12 +207,12 @@ def slices_of(topics: list[str]) -> dict[str, list[str]]:
     return slices
 
 
-def adhoc_rankings(rewards: pd.DataFrame, known: pd.DataFrame, topics: list[str], method: str,
+def adhoc_rankings(rewards: pd.DataFrame, groups: pd.DataFrame, topics: list[str], method: str,
                    reference_model: str | None, settings: ranking.BootstrapSettings,
                    temperature: float = 1.0, slices: dict[str, list[str]] | None = None) -> pd.DataFrame:
     """Rank rewards (pool, prompt_id, model, scenario, reward, length_chars) overall, per topic and over the pooled
     topics (`slices`, default slices_of(topics)), the way the leaderboard assets do (ranking.score_method)."""
-    rewards = rewards.merge(known, on="scenario", how="left")
+    rewards = rewards.drop(columns="scenario_group", errors="ignore").merge(groups, on="prompt_id", how="left")
     if method != "bradley_terry":
         if reference_model is None or reference_model not in set(rewards["model"]):
             raise UslConfigError(f"the pool's reference model {reference_model!r} has no rewards: use "
@@ -350,7 +357,8 @@ def build_leaderboard(pool: str, topics: list[str], criteria: list[str], method:
             raise UslConfigError(f"pool {pool} has no {method} ranking under the default profile "
                                  "(is its reference model loaded? try --method bradley_terry)")
         if len(topics) > 1:  # the pooled topics: ranked from the published rewards the way the assets rank
-            pooled = adhoc_rankings(published_rewards(pool, published), known, topics, method, reference, settings,
+            pooled = adhoc_rankings(published_rewards(pool, published), prompt_groups(pool, published), topics,
+                                    method, reference, settings,
                                     usl_soft_temperature(published), slices={scope_of(topics): topics})
             long = pd.concat([long, pooled[long.columns]], ignore_index=True)
         checkpoints = read_published("SELECT DISTINCT checkpoint_id FROM leaderboard.response_scores WHERE pool = ? "
@@ -367,7 +375,8 @@ def build_leaderboard(pool: str, topics: list[str], criteria: list[str], method:
     rewards = rewards[~unscored]
     unranked = adhoc_unranked(rewards)
     ranked = rewards[~rewards["model"].isin(unranked["model"])]
-    long = adhoc_rankings(ranked, known, topics, method, reference, settings, usl_soft_temperature(published))
+    long = adhoc_rankings(ranked, prompt_groups(pool, published), topics, method, reference, settings,
+                          usl_soft_temperature(published))
     return Leaderboard(long, topics, scoring_seconds, int(unscored.sum()), rewards, unranked, reference,
                        rewards.attrs.get("checkpoint_id"), scope)
 

@@ -1,11 +1,13 @@
 """Dagster wiring of the responses stage: the pools' prompts, the scoring sample, one partition per model (the
 inbox's sensors are in sensors.py). The logic lives in pools.py."""
 
+import time
+
 import dagster as dg
 
 from usl_assets.partitions import model_partitions
 from usl_assets.resources import WAREHOUSE_POOL, DataDir, UslHome, Warehouse
-from usl_assets.responses import pools, sampling, tables as response_tables
+from usl_assets.responses import pools, sampling, tables as response_tables, user_pools
 
 GROUP = "responses"
 
@@ -14,20 +16,37 @@ GROUP = "responses"
     group_name=GROUP,
     pool=WAREHOUSE_POOL,
     deps=[dg.AssetKey("scenario_tagger")],
-    description="Every prompt of both pools (AlpacaEval instructions, MT-Bench first turns) with its "
-    "category and the scenario tagger's scenario → responses.prompts",
+    description="Every prompt of every pool (AlpacaEval instructions, MT-Bench first turns, the user pools of "
+    "`usl add-pool`) with its category and the scenario tagger's scenario (a user's topic kept as given) → "
+    "responses.prompts; the pools → responses.pools; user pools' rejected prompts → quality.prompt_quarantine",
 )
 def pool_prompts(
     context: dg.AssetExecutionContext, data_dir: DataDir, usl_home: UslHome, warehouse: Warehouse
 ) -> dg.MaterializeResult:
-    prompts = pools.pool_prompts(data_dir.root())
-    context.log.info(f"tagging {len(prompts)} prompts with the scenario tagger")
+    prompts = pools.pool_prompts(data_dir.root(), usl_home.root())
+    started = time.perf_counter()
     tagged = pools.tag_prompts(prompts, pools.load_scenario_tagger(usl_home.root()))
-    warehouse.replace_table(response_tables.PROMPTS_TABLE, tagged, "The pools' prompts with their tagged scenario")
+    context.log.info(f"tagged {len(prompts):,} prompts with the scenario tagger "
+                     f"({len(prompts) / max(time.perf_counter() - started, 1e-9):,.0f} prompts/s)")
+    registered = user_pools.registered_pools(usl_home.root())
+    pool_rows = response_tables.pools_table(tagged, registered)
+    quarantine = response_tables.prompt_quarantine(usl_home.root(), registered)
+    with warehouse.transaction() as writer:
+        writer.replace_table(response_tables.PROMPTS_TABLE, tagged,
+                             description="The pools' prompts with their tagged scenario")
+        writer.replace_table(response_tables.POOLS_TABLE, pool_rows,
+                             description="Every response pool: the public ones and the user pools")
+        writer.replace_table(response_tables.PROMPT_QUARANTINE_TABLE, quarantine,
+                             description="User pools' prompts rejected at `usl add-pool`, with the rule")
+        archived = response_tables.archive_removed_pools(writer, sorted(pool_rows["pool"]))
+    for pool, rows in archived.items():
+        context.log.info(f"pool {pool} is no longer registered: its {rows:,} responses moved to archive.responses")
     per_pool = tagged.groupby("pool").size()
     return dg.MaterializeResult(
         metadata={
             **warehouse.table_metadata(response_tables.PROMPTS_TABLE),
+            "user_pools": dg.MetadataValue.int(len(registered)),
+            "prompts_quarantined": dg.MetadataValue.int(len(quarantine)),
             **{f"prompts_{pool}": dg.MetadataValue.int(int(n)) for pool, n in per_pool.items()},
             "scenarios": dg.MetadataValue.int(int(tagged["scenario"].nunique())),
             "mean_tagger_confidence": dg.MetadataValue.float(float(tagged["tagger_confidence"].mean())),

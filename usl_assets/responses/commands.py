@@ -14,7 +14,7 @@ from usl_assets.launch import add_verbose_flag, console_log_config, execute_in_l
 from usl_assets.partitions import model_partitions
 from usl_assets.recovery import recover_and_report
 from usl_assets.resources import DataDir, UslHome, Warehouse
-from usl_assets.responses import inbox, pools, tables as response_tables
+from usl_assets.responses import inbox, pools, tables as response_tables, user_pools
 from usl_assets.responses.assets import model_responses, partition_run_selection
 from usl_assets.responses.sensors import ADDED_MODEL_TAG, AFTER_ADDED_MODEL_TAG
 from usl_assets.settings import UslConfigError
@@ -23,8 +23,11 @@ from usl_assets.slot_wait import DEFAULT_WAIT_TIMEOUT_S, SlotWait, add_wait_time
 
 def add_arguments(command: str, add: argparse.ArgumentParser) -> None:
     """The arguments of `usl add-model`."""
-    add.add_argument("--pool", required=True, help=f"the pool the file answers: {' or '.join(pools.POOLS)}")
-    add.add_argument("file", type=Path, help="the model's file (.json / .json.gz for alpaca_eval, .jsonl for mt_bench)")
+    add.add_argument("--pool", required=True,
+                     help=f"the pool the file answers: {', '.join(pools.POOLS)} or a user pool (`usl add-pool`)")
+    add.add_argument("file", type=Path, help="the model's file: .json / .json.gz (AlpacaEval) for alpaca_eval, "
+                                             ".jsonl (FastChat model_answer) for mt_bench, .jsonl "
+                                             "({\"prompt_id\" or \"prompt\", \"output\"} a line) for a user pool")
     add.add_argument("--model", default=None, help="the model's name (default: the file name, or its generator)")
     add.add_argument(
         "--responses-only", action="store_true",
@@ -46,11 +49,12 @@ def add_arguments(command: str, add: argparse.ArgumentParser) -> None:
 
 
 def add_model(args: argparse.Namespace) -> int:
-    pool = pools.check_pool(args.pool)
     data_root, home_root = DataDir().root(), UslHome().root()
+    pool = pools.check_pool(args.pool, home_root)
     started = time.perf_counter()
     try:
-        validated = inbox.validate_model_file(pool, args.file.expanduser().resolve(), data_root, args.model)
+        validated = inbox.validate_model_file(pool, args.file.expanduser().resolve(), data_root, args.model,
+                                              home_root)
         replaced = inbox.check_replacement(validated, data_root, home_root, args.replace, reference_models())
     except pools.ResponseFileError as error:
         raise UslConfigError(f"{args.file} was not added: {error}") from error
@@ -83,32 +87,37 @@ def add_model(args: argparse.Namespace) -> int:
 
 
 def reference_models() -> dict[str, str]:
-    """pool → reference model: the published leaderboard's (asset config), else the defaults."""
+    """pool → reference model: a user pool's own, else the published leaderboard's (asset config), else the
+    defaults."""
     from usl_assets.leaderboards.ranking import DEFAULT_REFERENCE_MODELS
 
+    own = {name: record.reference_model for name, record in user_pools.registered_pools(UslHome().root()).items()
+           if record.reference_model}
     published = Warehouse().published_path()
     if published.exists():
         try:
             with duckdb.connect(str(published), read_only=True) as conn:
                 rows = conn.execute("SELECT pool, reference_model FROM leaderboard.reference_models").fetchall()
-            return {**DEFAULT_REFERENCE_MODELS, **{pool: model for pool, model in rows if model}}
+            return {**DEFAULT_REFERENCE_MODELS, **{pool: model for pool, model in rows if model}, **own}
         except duckdb.Error:
             pass  # a copy without the leaderboards yet
-    return dict(DEFAULT_REFERENCE_MODELS)
+    return {**DEFAULT_REFERENCE_MODELS, **own}
 
 
 def rebuild_leaderboards(instance: dg.DagsterInstance, key: str, verbose: bool = False,
-                         wait_timeout_s: float = DEFAULT_WAIT_TIMEOUT_S) -> str:
+                         wait_timeout_s: float = DEFAULT_WAIT_TIMEOUT_S, tags: dict | None = None) -> str:
     """leaderboards_after_model_job (unpartitioned: it reads every model's rewards, scores only the new model's
-    rankings and leaves Bradley–Terry for leaderboards_job), as the run-status sensor does."""
+    rankings and leaves Bradley–Terry for leaderboards_job), as the run-status sensor does. `key`: the model
+    added (its tag), unless `tags` say what the run is for."""
     from usl_assets.definitions import defs
 
     result = execute_in_location(defs.resolve_job_def("leaderboards_after_model_job"), instance,
-                                 run_config=console_log_config(verbose), tags={AFTER_ADDED_MODEL_TAG: key},
+                                 run_config=console_log_config(verbose),
+                                 tags={AFTER_ADDED_MODEL_TAG: key} if tags is None else tags,
                                  slot_wait=SlotWait(wait_timeout_s))
     raise_if_interrupted(result)
     if not result.success:
-        raise UslConfigError(f"leaderboards run {result.run_id} failed after adding {key}: see its log in the UI")
+        raise UslConfigError(f"leaderboards run {result.run_id} failed ({key}): see its log in the UI")
     return result.run_id
 
 

@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from usl_assets.responses import pools
+from usl_assets.responses import pools, user_pools
 from usl_assets.responses.pools import ResponseFileError
-from usl_assets.settings import UslConfigError
+from usl_assets.settings import UslConfigError, usl_home
 
 QUARANTINE_FOLDER = "quarantine"
 # Files still being written: write to one of these names, then rename (an atomic move).
@@ -42,10 +42,12 @@ class ValidatedFile:
         return ".json.gz" if self.path.name.endswith(".gz") else self.path.suffix
 
 
-def validate_model_file(pool: str, path: Path, data_root: Path, model: str | None = None) -> ValidatedFile:
+def validate_model_file(pool: str, path: Path, data_root: Path, model: str | None = None,
+                        usl_home_root: Path | None = None) -> ValidatedFile:
     """Checks a whole file before anything is stored; ResponseFileError says in one line what is wrong."""
-    pools.check_pool(pool)
-    suffixes = pools.MT_BENCH_SUFFIXES if pool == "mt_bench" else pools.ALPACA_SUFFIXES
+    usl_home_root = usl_home() if usl_home_root is None else usl_home_root
+    pools.check_pool(pool, usl_home_root)
+    suffixes = pools.model_file_suffixes(pool)
     if not path.is_file():
         raise ResponseFileError(f"{path} is not a file")
     if not path.name.endswith(suffixes):
@@ -54,10 +56,10 @@ def validate_model_file(pool: str, path: Path, data_root: Path, model: str | Non
     if not records:
         raise ResponseFileError(f"{path.name}: holds no records")
     name = pools.check_model_name(model or _model_name(pool, path, records))
-    usable = _usable_rows(pool, name, path, data_root)
+    usable = _usable_rows(pool, name, path, data_root, usl_home_root)
     if usable == 0:
         raise ResponseFileError(f"{path.name}: no record answers one of the {pool} prompts with text")
-    return ValidatedFile(pool, name, path, _sha256(path), len(records), usable)
+    return ValidatedFile(pool, name, path, file_sha256(path), len(records), usable)
 
 
 def _model_name(pool: str, path: Path, records: list) -> str:
@@ -74,15 +76,15 @@ def _model_name(pool: str, path: Path, records: list) -> str:
     return next(iter(names))
 
 
-def _usable_rows(pool: str, model: str, path: Path, data_root: Path) -> int:
+def _usable_rows(pool: str, model: str, path: Path, data_root: Path, usl_home_root: Path) -> int:
     """Rows `model_responses` would load: pools.py's rules, not a copy of them."""
-    prompts = pools.mt_bench_prompts(data_root) if pool == "mt_bench" else pools.alpaca_prompts(data_root)
+    prompts = pools.prompts_of_pool(data_root, usl_home_root, pool)
     # The scenario tags (from the warehouse) do not change which rows are usable; the raw prompts suffice.
     untagged = prompts.assign(scenario="", scenario_group="")
     return len(pools.load_model_responses(pool, model, path, untagged).responses)
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -101,9 +103,18 @@ def store_accepted(validated: ValidatedFile, usl_home_root: Path, keep_source: b
     older = pools.accepted_model_files(usl_home_root, validated.pool).get(validated.model)
     if older is not None:
         archive_file(older, validated.model, usl_home_root, validated.pool)
+    sidecar, target_sidecar = pools.generation_sidecar(validated.path), pools.generation_sidecar(target)
+    if target_sidecar.is_file():  # an older model's generation settings (archived with it, or stale)
+        archive_file(target_sidecar, validated.model + ".generation", usl_home_root, validated.pool)
+    if sidecar.is_file():
+        shutil.copyfile(sidecar, target_sidecar)
     partial.replace(target)
     if not keep_source:
         validated.path.unlink()
+    if validated.pool not in pools.POOLS:
+        record = user_pools.read_record(usl_home_root, validated.pool)
+        if record.reference_model is None:  # a user pool's first model is its reference until changed
+            user_pools.set_reference_model(usl_home_root, validated.pool, validated.model)
     return target
 
 
@@ -114,7 +125,7 @@ def archive_file(path: Path, model: str, usl_home_root: Path, pool: str) -> Path
     folder.mkdir(parents=True, exist_ok=True)
     suffix = ".json.gz" if path.name.endswith(".gz") else path.suffix
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    target = folder / f"{model}.{stamp}.{_sha256(path)[:8]}{suffix}"
+    target = folder / f"{model}.{stamp}.{file_sha256(path)[:8]}{suffix}"
     shutil.move(path, target)
     return target
 
@@ -132,14 +143,14 @@ def check_replacement(validated: ValidatedFile, data_root: Path, usl_home_root: 
     """Refuses to replace an existing model unless `replace`, and refuses to shrink a pool's reference model
     (every USL score is a comparison with it) even then; returns the file being replaced, if any."""
     existing = current_source(validated.pool, validated.model, data_root, usl_home_root)
-    if existing is None or _sha256(existing) == validated.sha256:
+    if existing is None or file_sha256(existing) == validated.sha256:
         return None  # new, or the same file again (e.g. rerun after a killed run): nothing is replaced
     key = validated.partition_key
     if not replace:
         raise ResponseFileError(f"model {key} exists already (from {existing}): pass --replace to replace it (the "
                                 "current version is archived)")
     if reference_models.get(validated.pool) == validated.model:
-        before = _usable_rows(validated.pool, validated.model, existing, data_root)
+        before = _usable_rows(validated.pool, validated.model, existing, data_root, usl_home_root)
         if validated.usable < before:
             raise ResponseFileError(
                 f"{validated.model} is the reference model of pool {validated.pool} (every USL score compares with "
@@ -193,11 +204,11 @@ def intake_file(pool: str, path: Path, usl_home_root: Path, data_root: Path) -> 
     else (bad, or a different file for an existing model: the inbox never replaces) is quarantined with its
     reason."""
     try:
-        validated = validate_model_file(pool, path, data_root)
+        validated = validate_model_file(pool, path, data_root, usl_home_root=usl_home_root)
     except (ResponseFileError, UslConfigError) as error:
         return Intake("quarantined", f"{quarantine_file(path, usl_home_root, str(error))}: {error}")
     existing = current_source(validated.pool, validated.model, data_root, usl_home_root)
-    if existing is not None and _sha256(existing) == validated.sha256:
+    if existing is not None and file_sha256(existing) == validated.sha256:
         path.unlink()
         return Intake("same_file", f"the same file as {existing}", validated.partition_key, validated.sha256)
     if existing is not None:

@@ -1,4 +1,5 @@
-"""Response pools: many LLMs answering the same prompts (MT-Bench, AlpacaEval), read from their public formats.
+"""Response pools: many LLMs answering the same prompts: the public MT-Bench and AlpacaEval, read from their
+public formats, and the user pools of user_pools.py (`usl add-pool`), whose models come in the generic format.
 
 Plain functions over paths and DataFrames; usl_assets/responses/assets.py wires them into Dagster. Here: names and
 partition keys, where each model's file lives, the two formats, the pools' prompts and one model's responses;
@@ -12,6 +13,9 @@ the scoring sample is in sampling.py, the warehouse tables in tables.py.
 - MT-Bench has two turns: the first user turn is the prompt and the first answer the response (what the CRM
   scores); the whole dialogue (both turns) is kept in `conversation`, the second user turn in the prompt's
   `followup`.
+- The generic format (user pools): JSONL, one `{"prompt_id": ..., "output": ...}` a line (or `"prompt"`, the
+  prompt's text, instead of its id); `{"prompt_id": ..., "error": ...}` records a prompt the model failed to
+  answer (`usl generate`), quarantined with that reason.
 - response_hash is the sha256 of what the CRM reads, the (prompt, response) pair, so a reward cached by it can
   never be reused for the same text answering another prompt.
 """
@@ -26,17 +30,19 @@ from pathlib import Path
 
 import pandas as pd
 
-from usl_assets.settings import UslConfigError
+from usl_assets.responses import user_pools
+from usl_assets.settings import UslConfigError, usl_home
 
-POOLS = ("alpaca_eval", "mt_bench")
+POOLS = user_pools.PUBLIC_POOLS  # the public pools; user pools are registered under $USL_HOME/pools/
 PARTITION_SEPARATOR = ":"
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
 # File name stems that name the format, not the model (AlpacaEval writes results/<model>/model_outputs.json).
 GENERIC_STEMS = {"model_outputs", "model_answer", "outputs", "answers"}
 ALPACA_SUFFIXES = (".json", ".json.gz")
 MT_BENCH_SUFFIXES = (".jsonl",)
+GENERIC_SUFFIXES = (".jsonl",)
 
-PROMPT_COLUMNS = ["pool", "prompt_id", "prompt", "category", "followup"]
+PROMPT_COLUMNS = ["pool", "prompt_id", "prompt", "category", "followup", "topic", "history"]
 RESPONSE_COLUMNS = [
     "pool", "prompt_id", "prompt", "model", "response", "scenario", "scenario_group", "category",
     "length_chars", "response_hash", "conversation",
@@ -51,10 +57,31 @@ class ResponseFileError(ValueError):
 # ---------------------------------------------------------------- names and partition keys
 
 
-def check_pool(pool: str) -> str:
-    if pool not in POOLS:
-        raise UslConfigError(f"unknown pool {pool!r}: choose one of {', '.join(POOLS)}")
+def check_pool(pool: str, usl_home_root: Path | None = None) -> str:
+    """A public pool or a registered user pool (under usl_home_root, default USL_HOME)."""
+    if pool in POOLS:
+        return pool
+    registered = user_pools.registered_pools(usl_home() if usl_home_root is None else usl_home_root)
+    if pool not in registered:
+        raise UslConfigError(f"unknown pool {pool!r}: choose one of {', '.join([*POOLS, *registered])} "
+                             "(`usl add-pool` registers your own)")
     return pool
+
+
+def check_pool_name(pool: str) -> str:
+    """The name's form only (partition keys of pools that may since have been archived)."""
+    if pool not in POOLS and not user_pools.POOL_NAME.fullmatch(pool or ""):
+        raise UslConfigError(f"{pool!r} is not a pool name")
+    return pool
+
+
+def pool_format(pool: str) -> str:
+    """How a pool's model files are written: `alpaca_eval`, `mt_bench` or `generic` (every user pool)."""
+    return pool if pool in POOLS else "generic"
+
+
+def model_file_suffixes(pool: str) -> tuple[str, ...]:
+    return {"alpaca_eval": ALPACA_SUFFIXES, "mt_bench": MT_BENCH_SUFFIXES}.get(pool, GENERIC_SUFFIXES)
 
 
 def check_model_name(model: str) -> str:
@@ -66,7 +93,7 @@ def check_model_name(model: str) -> str:
 
 
 def partition_key(pool: str, model: str) -> str:
-    return f"{check_pool(pool)}{PARTITION_SEPARATOR}{check_model_name(model)}"
+    return f"{check_pool_name(pool)}{PARTITION_SEPARATOR}{check_model_name(model)}"
 
 
 def split_partition_key(key: str) -> tuple[str, str]:
@@ -74,7 +101,7 @@ def split_partition_key(key: str) -> tuple[str, str]:
     if not separator:
         raise UslConfigError(f"partition key {key!r} is not <pool>{PARTITION_SEPARATOR}<model>")
     try:
-        return check_pool(pool), check_model_name(model)
+        return check_pool_name(pool), check_model_name(model)
     except ResponseFileError as error:
         raise UslConfigError(str(error)) from error
 
@@ -82,7 +109,9 @@ def split_partition_key(key: str) -> tuple[str, str]:
 # ---------------------------------------------------------------- where each model's file lives
 
 
-def public_pool_dir(data_root: Path, pool: str) -> Path:
+def public_pool_dir(data_root: Path, pool: str) -> Path | None:
+    if pool not in POOLS:
+        return None
     return data_root / "responses" / pool / ("model_answer" if pool == "mt_bench" else "")
 
 
@@ -94,9 +123,9 @@ def model_name_of_file(path: Path) -> str:
     return path.stem
 
 
-def _model_files(folder: Path, pool: str) -> dict[str, Path]:
-    suffixes = MT_BENCH_SUFFIXES if pool == "mt_bench" else ALPACA_SUFFIXES
-    if not folder.is_dir():
+def _model_files(folder: Path | None, pool: str) -> dict[str, Path]:
+    suffixes = model_file_suffixes(pool)
+    if folder is None or not folder.is_dir():
         return {}
     return {model_name_of_file(p): p for p in sorted(folder.iterdir()) if p.is_file() and p.name.endswith(suffixes)}
 
@@ -117,10 +146,9 @@ def model_file(data_root: Path, usl_home_root: Path, pool: str, model: str) -> P
     """The file holding a model's answers: an accepted (user-added) file wins over the public one."""
     found = accepted_model_files(usl_home_root, pool).get(model) or public_model_files(data_root, pool).get(model)
     if found is None:
-        raise UslConfigError(
-            f"no file for model {model!r} in pool {pool}: neither {accepted_dir(usl_home_root, pool)} nor "
-            f"{public_pool_dir(data_root, pool)} has one"
-        )
+        public = public_pool_dir(data_root, pool)
+        raise UslConfigError(f"no file for model {model!r} in pool {pool}: {accepted_dir(usl_home_root, pool)}"
+                             + (f" and {public} have none" if public else " has none"))
     return found
 
 
@@ -134,9 +162,9 @@ def public_partition_keys(data_root: Path) -> list[str]:
 def read_model_records(pool: str, path: Path) -> list:
     """Every record of a model's file; ResponseFileError when the file as a whole is unusable."""
     try:
-        if pool == "mt_bench":
-            return _read_jsonl(path)
-        return _read_json_list(path)
+        if pool_format(pool) == "alpaca_eval":
+            return _read_json_list(path)
+        return _read_jsonl(path)
     except (UnicodeDecodeError, OSError, EOFError) as error:
         raise ResponseFileError(f"{path.name}: cannot be read ({type(error).__name__}: {error})") from error
     except RecursionError as error:
@@ -194,7 +222,8 @@ def _alpaca_prompt_rows(data_root: Path) -> tuple[tuple, ...]:
         for record in read_model_records("alpaca_eval", path):
             if isinstance(record, dict) and isinstance(record.get("instruction"), str):
                 seen.setdefault(record["instruction"], str(record.get("dataset") or "unknown"))
-    return tuple(("alpaca_eval", alpaca_prompt_id(text), text, dataset, None) for text, dataset in seen.items())
+    return tuple(("alpaca_eval", alpaca_prompt_id(text), text, dataset, None, None, None)
+                 for text, dataset in seen.items())
 
 
 def mt_bench_prompts(data_root: Path) -> pd.DataFrame:
@@ -202,12 +231,28 @@ def mt_bench_prompts(data_root: Path) -> pd.DataFrame:
     for record in _read_jsonl(data_root / "responses" / "mt_bench" / "question.jsonl"):
         turns = record["turns"]
         followup = turns[1] if len(turns) > 1 else None
-        rows.append(("mt_bench", str(record["question_id"]), turns[0], record["category"], followup))
+        rows.append(("mt_bench", str(record["question_id"]), turns[0], record["category"], followup, None, None))
     return pd.DataFrame(rows, columns=PROMPT_COLUMNS)
 
 
-def pool_prompts(data_root: Path) -> pd.DataFrame:
-    frame = pd.concat([alpaca_prompts(data_root), mt_bench_prompts(data_root)], ignore_index=True)
+def user_pool_prompts(usl_home_root: Path, pool: str) -> pd.DataFrame:
+    """A user pool's prompts; `category` is the user's topic, else "user"."""
+    rows = user_pools.pool_prompt_rows(usl_home_root, pool)
+    return rows.assign(pool=pool, category=rows["topic"].fillna("user"), followup=None)[PROMPT_COLUMNS]
+
+
+def prompts_of_pool(data_root: Path, usl_home_root: Path, pool: str) -> pd.DataFrame:
+    if pool == "alpaca_eval":
+        return alpaca_prompts(data_root)
+    if pool == "mt_bench":
+        return mt_bench_prompts(data_root)
+    return user_pool_prompts(usl_home_root, pool)
+
+
+def pool_prompts(data_root: Path, usl_home_root: Path | None = None) -> pd.DataFrame:
+    """Every prompt of the public pools and of the user pools registered under usl_home_root (if given)."""
+    names = [*POOLS, *(user_pools.registered_pools(usl_home_root) if usl_home_root is not None else {})]
+    frame = pd.concat([prompts_of_pool(data_root, usl_home_root, pool) for pool in names], ignore_index=True)
     return frame.sort_values(["pool", "prompt_id"], ignore_index=True)
 
 
@@ -221,11 +266,14 @@ def load_scenario_tagger(usl_home_root: Path):
 
 
 def tag_prompts(prompts: pd.DataFrame, tagger) -> pd.DataFrame:
-    """Adds scenario, scenario_group and tagger_confidence from the tagger (MT-Bench: its first turn)."""
+    """Adds scenario, scenario_group and tagger_confidence from the tagger (MT-Bench: its first turn). A user's
+    topic is kept as given: it is the prompt's scenario group (the page's topic columns), the tagger's scenario
+    within it."""
     tags = tagger.predict(prompts["prompt"].tolist()).reset_index(drop=True)
     tagged = prompts.reset_index(drop=True).copy()
     tagged["scenario"] = tags["scenario"].astype(str)
-    tagged["scenario_group"] = tags["scenario_group"].astype(str)
+    topic = tagged["topic"] if "topic" in tagged else pd.Series(None, index=tagged.index, dtype=object)
+    tagged["scenario_group"] = topic.where(topic.notna(), tags["scenario_group"].astype(str))
     tagged["tagger_confidence"] = tags["confidence"].astype(float)
     return tagged
 
@@ -244,13 +292,19 @@ class ModelResponses:
     source: Path
     responses: pd.DataFrame
     quarantine: pd.DataFrame
+    generation: dict | None = None  # how `usl generate` made the answers (its sidecar file), else None
+
+
+def generation_sidecar(model_path: Path) -> Path:
+    """`<model>.generation.json` beside a model file: the settings `usl generate` answered with."""
+    return model_path.with_name(model_name_of_file(model_path) + ".generation.json")
 
 
 def load_model_responses(pool: str, model: str, path: Path, prompts: pd.DataFrame) -> ModelResponses:
     """A model's answers to its pool's prompts; every unusable row and every unanswered prompt is quarantined."""
     records = read_model_records(pool, path)
     pool_prompts_frame = prompts[prompts["pool"] == pool].set_index("prompt_id")
-    parse = _alpaca_row if pool == "alpaca_eval" else _mt_bench_row
+    parse = {"alpaca_eval": _alpaca_row, "mt_bench": _mt_bench_row}.get(pool, _generic_row)
     by_text = {text: pid for pid, text in pool_prompts_frame["prompt"].items()}
     answered, bad = {}, []
     for record in records:
@@ -269,7 +323,9 @@ def load_model_responses(pool: str, model: str, path: Path, prompts: pd.DataFram
         if pool == "mt_bench" and len(turns) < 2:
             bad.append((pool, model, pid, "empty_second_turn", "no usable second answer; the first turn is kept", None))
     responses = pd.DataFrame(rows, columns=RESPONSE_COLUMNS).sort_values("prompt_id", ignore_index=True)
-    return ModelResponses(pool, model, path, responses, pd.DataFrame(bad, columns=QUARANTINE_COLUMNS))
+    sidecar = generation_sidecar(path)
+    generation = json.loads(sidecar.read_text(encoding="utf-8")) if sidecar.is_file() else None
+    return ModelResponses(pool, model, path, responses, pd.DataFrame(bad, columns=QUARANTINE_COLUMNS), generation)
 
 
 def _alpaca_row(record, prompts: pd.DataFrame, by_text: dict) -> tuple[str | None, list, tuple | None]:
@@ -281,6 +337,23 @@ def _alpaca_row(record, prompts: pd.DataFrame, by_text: dict) -> tuple[str | Non
     prompt_id = by_text[instruction]
     problem = _answer_problem(record.get("output"), "output")
     return prompt_id, [record.get("output")], problem
+
+
+def _generic_row(record, prompts: pd.DataFrame, by_text: dict) -> tuple[str | None, list, tuple | None]:
+    if not isinstance(record, dict):
+        return None, [], ("not_an_object", f"expected an object, got {type(record).__name__}")
+    raw_id = record.get("prompt_id")
+    if raw_id is not None and not isinstance(raw_id, bool):
+        prompt_id = str(raw_id)
+        if prompt_id not in prompts.index:
+            return None, [], ("unknown_prompt", f"prompt_id {raw_id!r} is not one of the pool's prompts")
+    elif isinstance(record.get("prompt"), str) and record["prompt"] in by_text:
+        prompt_id = by_text[record["prompt"]]
+    else:
+        return None, [], ("unknown_prompt", "neither prompt_id nor prompt names one of the pool's prompts")
+    if "error" in record and "output" not in record:
+        return prompt_id, [], ("generation_failed", str(record["error"])[:500])
+    return prompt_id, [record.get("output")], _answer_problem(record.get("output"), "output")
 
 
 def _mt_bench_row(record, prompts: pd.DataFrame, by_text: dict) -> tuple[str | None, list, tuple | None]:
@@ -316,7 +389,8 @@ def _answer_problem(answer, what: str) -> tuple | None:
 
 def _response_row(pool: str, model: str, prompt_id: str, turns: list, prompt: pd.Series) -> tuple:
     response = turns[0]
-    conversation = [{"role": "user", "content": prompt["prompt"]}, {"role": "assistant", "content": response}]
+    history = json.loads(prompt["history"]) if isinstance(prompt.get("history"), str) else []
+    conversation = [*history, {"role": "user", "content": prompt["prompt"]}, {"role": "assistant", "content": response}]
     if len(turns) > 1 and isinstance(prompt.get("followup"), str):
         conversation += [{"role": "user", "content": prompt["followup"]}, {"role": "assistant", "content": turns[1]}]
     return (
