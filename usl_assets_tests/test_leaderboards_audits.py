@@ -271,7 +271,7 @@ def test_the_audits_cover_every_pool_and_no_probe_reaches_the_leaderboard(audite
     warehouse, responses, scorer, result, before, _ = audited
     pools = set(responses["pool"])
     gaming_table = warehouse.read_table("leaderboard.gaming_audit")
-    assert list(gaming_table.columns) == audits.AUDIT_COLUMNS
+    assert list(gaming_table.columns) == audit_assets.GAMING_COLUMNS
     assert set(gaming_table["pool"]) == pools
     assert gaming_table.groupby("pool")["probe"].apply(set).to_dict() == {p: set(audits.PROBES) for p in pools}
     assert (gaming_table["checkpoint_id"] == scorer.checkpoint_id).all()
@@ -297,7 +297,7 @@ def test_the_audits_cover_every_pool_and_no_probe_reaches_the_leaderboard(audite
     assert (gaming_table.loc[below, "passed"] == (gaming_table.loc[below, "score"]
                                                   < gaming_table.loc[below, "lowest_real_score"])).all()
     fidelity = warehouse.read_table("leaderboard.criteria_fidelity")
-    assert list(fidelity.columns) == audits.FIDELITY_COLUMNS and set(fidelity["pool"]) == pools
+    assert list(fidelity.columns) == audit_assets.FIDELITY_TABLE_COLUMNS and set(fidelity["pool"]) == pools
     assert fidelity["spearman"].dropna().between(-1, 1).all() and len(fidelity["spearman"].dropna())
     # probes and phrasings stay in the audit tables: never ranked, never answers, never scored into the warehouse
     for table, column in [("leaderboard.rankings", "model"), ("responses.responses", "model"),
@@ -336,3 +336,33 @@ def test_a_pool_scored_by_another_checkpoint_is_not_audited(audited, tmp_path, s
     assert not result.success
     failure = result.get_step_failure_events()[0].step_failure_data.error.message
     assert "re-score" in failure and scorer.checkpoint_id in failure
+
+
+def test_a_rebuild_audits_again_only_the_pools_whose_inputs_changed(audited, tmp_path, shared_data_dir):
+    warehouse, responses, _, _, _, instance = audited
+    copy = Warehouse(path=str(shutil.copyfile(warehouse.database_path(), tmp_path / "w.duckdb")))
+    env = {"data_dir": DataDir(path=str(shared_data_dir)),
+           "usl_home": UslHome(path=str(warehouse.database_path().parent)), "warehouse": copy}
+    pools = sorted(set(responses["pool"]))
+    before = {table: copy.read_table(table) for table in (audit_assets.GAMING_TABLE, audit_assets.FIDELITY_TABLE)}
+
+    def rebuild() -> dict[str, str]:
+        config = {"ops": {name: AUDIT_CONFIG["ops"][name] for name in ("gaming_audit", "criteria_fidelity")
+                          if name in AUDIT_CONFIG["ops"]}}
+        result = dg.materialize([audit_assets.gaming_audit, audit_assets.criteria_fidelity], instance=instance,
+                                resources=env, run_config=config)
+        assert result.success
+        return {node: result.asset_materializations_for_node(node)[0].metadata["pools_reused"].value
+                for node in ("gaming_audit", "criteria_fidelity")}
+
+    assert rebuild() == {"gaming_audit": ", ".join(pools), "criteria_fidelity": ", ".join(pools)}
+    for table, rows in before.items():
+        pd.testing.assert_frame_equal(copy.read_table(table), rows)
+    with duckdb.connect(str(copy.database_path())) as conn:  # one answer of the first pool changes
+        prompt_id, model = conn.execute(
+            "SELECT r.prompt_id, r.model FROM responses.responses r JOIN responses.prompt_sample s "
+            "USING (pool, prompt_id) WHERE s.sampled AND r.pool = ? ORDER BY 1, 2 LIMIT 1", [pools[0]]).fetchone()
+        conn.execute("UPDATE responses.responses SET response = response || ' Changed.' WHERE pool = ? AND "
+                     "prompt_id = ? AND model = ?", [pools[0], prompt_id, model])
+    assert rebuild() == {"gaming_audit": ", ".join(pools[1:]) or "none",
+                         "criteria_fidelity": ", ".join(pools[1:]) or "none"}

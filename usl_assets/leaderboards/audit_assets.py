@@ -3,6 +3,8 @@ models built to fool the CRM must lose) and `criteria_fidelity` (a custom leader
 what the criterion says). Both read the rankings and the default CRM, write one table each, and run in
 leaderboards_job and leaderboards_after_model_job, upstream of published_warehouse."""
 
+import hashlib
+import json
 import time
 
 import dagster as dg
@@ -22,6 +24,8 @@ from usl_assets.settings import UslConfigError
 
 GAMING_TABLE = "leaderboard.gaming_audit"
 FIDELITY_TABLE = "leaderboard.criteria_fidelity"
+GAMING_COLUMNS = [*audits.AUDIT_COLUMNS, "inputs_hash"]
+FIDELITY_TABLE_COLUMNS = [*audits.FIDELITY_COLUMNS, "inputs_hash"]
 # The pool's answers to its sampled prompts (what the scoring stage scored), read per pool.
 SAMPLED_ANSWERS = """
     SELECT r.pool, r.prompt_id, r.model, r.prompt, r.response, r.scenario, r.scenario_group, r.length_chars
@@ -29,6 +33,8 @@ SAMPLED_ANSWERS = """
     JOIN responses.prompt_sample s ON s.pool = r.pool AND s.prompt_id = r.prompt_id AND s.sampled
     WHERE r.pool = ?
     ORDER BY r.model, r.prompt_id"""
+# Part of every pool's inputs_hash: raise it when audits.py changes what a pool's rows are, so none is reused.
+AUDIT_LOGIC_VERSION = 1
 UPSTREAM = ["rankings", "reference_models", "response_scores", "model_responses", "prompt_sample",
             "crm_default_checkpoint"]
 
@@ -41,6 +47,36 @@ def require_tables(warehouse: Warehouse, *tables: str) -> None:
     missing = [table for table in tables if not warehouse.table_exists(table)]
     if missing:
         raise dg.Failure(f"{', '.join(missing)} not in the warehouse yet: materialize the upstream assets first")
+
+
+def inputs_hash(*parts) -> str:
+    """A fingerprint of what one pool's audit reads; frames by their content, the rest as JSON."""
+    digest = hashlib.sha256(str(AUDIT_LOGIC_VERSION).encode())
+    for part in parts:
+        if isinstance(part, pd.DataFrame):
+            digest.update(pd.util.hash_pandas_object(part.reset_index(drop=True), index=False).to_numpy().tobytes())
+        else:
+            digest.update(json.dumps(part, sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:16]
+
+
+class PreviousRows:
+    """The audit table as the last build left it: a pool whose inputs_hash is unchanged keeps its rows (after a
+    new model only its own pool is audited again), the others are recomputed."""
+
+    def __init__(self, warehouse: Warehouse, table: str):
+        found = warehouse.read_table(table) if warehouse.table_exists(table) else None
+        self.rows = found if found is not None and "inputs_hash" in found.columns else None
+        self.reused: list[str] = []
+
+    def get(self, pool: str, fingerprint: str) -> pd.DataFrame | None:
+        if self.rows is None:
+            return None
+        kept = self.rows[(self.rows["pool"] == pool) & (self.rows["inputs_hash"] == fingerprint)]
+        if kept.empty:
+            return None
+        self.reused.append(pool)
+        return kept
 
 
 def default_scorer(context: dg.AssetExecutionContext, usl_home: UslHome):
@@ -103,14 +139,24 @@ def gaming_audit(context: dg.AssetExecutionContext, config: GamingAuditConfig, w
         "SELECT scenario, kind, criteria FROM scoring.criteria_profiles WHERE kind = 'scenario_default'"))
     settings = ranking.BootstrapSettings(usl_rounds=config.usl_bootstrap_rounds, confidence=config.confidence,
                                          seed=config.seed)
-    parts = []
+    parts, previous = [], PreviousRows(warehouse, GAMING_TABLE)
     for pool, reference_model in references.items():
         standing = audits.default_standing(rankings, pool)
         answers = warehouse.query(SAMPLED_ANSWERS, [pool])
         real = rewards[(rewards["pool"] == pool) & rewards["model"].isin(standing["model"])]
+        fingerprint = inputs_hash(
+            scorer.checkpoint_id, reference_model, temperature, config.model_dump(), criteria,
+            standing[["model", "score"]], real[["model", "prompt_id", "reward"]].sort_values(["model", "prompt_id"]),
+            answers[["model", "prompt_id", "response"]])
+        kept = previous.get(pool, fingerprint)
+        if kept is not None:
+            context.log.info(f"{pool}: inputs unchanged since the last audit: its {len(kept)} rows kept")
+            parts.append(kept)
+            continue
         parts.append(audits.audit_pool(pool, standing, reference_model, answers, real, criteria, scorer,
-                                       temperature, settings, config.seed, config.batch_size, context.log.info))
-    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=audits.AUDIT_COLUMNS)
+                                       temperature, settings, config.seed, config.batch_size, context.log.info
+                                       ).assign(inputs_hash=fingerprint))
+    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=GAMING_COLUMNS)
     warehouse.replace_table(GAMING_TABLE, table, "probe models built to game the CRM, ranked with the real ones")
     failing = table[~table["passed"].astype(bool)]
     return dg.MaterializeResult(metadata={
@@ -119,7 +165,8 @@ def gaming_audit(context: dg.AssetExecutionContext, config: GamingAuditConfig, w
         "checkpoint_id": dg.MetadataValue.text(scorer.checkpoint_id),
         "probes_failing": dg.MetadataValue.int(len(failing)),
         "pools_not_audited": dg.MetadataValue.text(", ".join(unaudited) or "none"),
-        "audit": md(table.drop(columns=["checkpoint_id"]), digits=1),
+        "pools_reused": dg.MetadataValue.text(", ".join(previous.reused) or "none"),
+        "audit": md(table.drop(columns=["checkpoint_id", "inputs_hash"]), digits=1),
     })
 
 
@@ -156,10 +203,18 @@ def criteria_fidelity(context: dg.AssetExecutionContext, config: CriteriaFidelit
         "crm.training_pairs") else None
     context.log.info(f"{len(phrasings)} held-out phrasings of {len({p[0] for p in phrasings})} properties, "
                      f"checkpoint {scorer.checkpoint_id}")
-    parts = []
+    parts, previous = [], PreviousRows(warehouse, FIDELITY_TABLE)
     for pool, reference_model in references.items():
         answers = warehouse.query(SAMPLED_ANSWERS, [pool])
         answers = answers[answers["model"].isin(audits.default_standing(rankings, pool)["model"])]
+        fingerprint = inputs_hash(scorer.checkpoint_id, reference_model, temperature, phrasings,
+                                  sorted(trained) if trained is not None else None,
+                                  answers[["model", "prompt_id", "response"]])
+        kept = previous.get(pool, fingerprint)
+        if kept is not None:
+            context.log.info(f"{pool}: inputs unchanged since the last measurement: its {len(kept)} rows kept")
+            parts.append(kept)
+            continue
         cached = None
         if is_factorized(scorer):
             hashes = [content_hash(p, r) for p, r in zip(answers["prompt"], answers["response"])]
@@ -170,14 +225,15 @@ def criteria_fidelity(context: dg.AssetExecutionContext, config: CriteriaFidelit
             context.log.info(f"{pool}: {len(cached):,} of {len(hashes):,} response rows cached by scoring")
         parts.append(audits.fidelity_pool(pool, answers.reset_index(drop=True), reference_model, phrasings,
                                           properties.property_value, scorer, cached, temperature, config.batch_size,
-                                          context.log.info, trained))
-    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=audits.FIDELITY_COLUMNS)
+                                          context.log.info, trained).assign(inputs_hash=fingerprint))
+    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=FIDELITY_TABLE_COLUMNS)
     warehouse.replace_table(FIDELITY_TABLE, table, "custom leaderboards under one criterion vs the property")
     return dg.MaterializeResult(metadata={
         **warehouse.table_metadata(FIDELITY_TABLE),
         "seconds": dg.MetadataValue.float(round(time.perf_counter() - started, 2)),
         "checkpoint_id": dg.MetadataValue.text(scorer.checkpoint_id),
         "pools_not_measured": dg.MetadataValue.text(", ".join(unaudited) or "none"),
+        "pools_reused": dg.MetadataValue.text(", ".join(previous.reused) or "none"),
         "by_pool": md(audits.fidelity_summary(table, "pool")),
         "by_pool_and_trained": md(audits.fidelity_summary(table, ["pool", "trained"])),
         "by_family": md(audits.fidelity_summary(table, "family")),

@@ -12,7 +12,7 @@ import pandas as pd
 
 from usl_assets.responses import user_pools
 from usl_assets.responses.pools import POOLS, ModelResponses
-from usl_assets.warehouse import TableSpec, Writer, quoted
+from usl_assets.warehouse import TableSpec, Writer, quoted, table_exists
 
 PROMPTS_TABLE = "responses.prompts"
 SAMPLE_TABLE = "responses.prompt_sample"
@@ -65,8 +65,8 @@ def prompt_quarantine(usl_home_root: Path, registered: dict[str, user_pools.Pool
 def archive_removed_pools(writer: Writer, pools: list[str]) -> dict[str, int]:
     """Moves the responses (and their quarantine) of pools no longer registered (`usl remove-pool`) to archive.*;
     returns rows moved per pool."""
-    for spec in (RESPONSES, QUARANTINE):
-        writer.ensure_table(spec)
+    if not all(table_exists(writer.conn, spec.table) for spec in (RESPONSES, QUARANTINE)):
+        return {}  # no model loaded yet (the tables come with the first partition)
     gone = [row[0] for row in writer.conn.execute(
         f"SELECT DISTINCT pool FROM {RESPONSES_TABLE} WHERE NOT list_contains(?, pool) "
         f"UNION SELECT DISTINCT pool FROM {QUARANTINE_TABLE} WHERE NOT list_contains(?, pool)",
@@ -79,8 +79,8 @@ def archive_removed_pools(writer: Writer, pools: list[str]) -> dict[str, int]:
             writer.append_query(archive, f"SELECT *, now() AS archived_at, 'pool removed' AS replaced_by "
                                          f"FROM {quoted(table)} WHERE pool = ?", [pool])
             writer.conn.execute(f"DELETE FROM {quoted(table)} WHERE pool = ?", [pool])
-        writer.ensure_table(GENERATIONS)
-        writer.conn.execute(f"DELETE FROM {GENERATIONS_TABLE} WHERE pool = ?", [pool])
+        if table_exists(writer.conn, GENERATIONS_TABLE):
+            writer.conn.execute(f"DELETE FROM {GENERATIONS_TABLE} WHERE pool = ?", [pool])
     return moved
 
 
