@@ -69,12 +69,13 @@ class PreviousRows:
         self.rows = found if found is not None and "inputs_hash" in found.columns else None
         self.reused: list[str] = []
 
-    def get(self, pool: str, fingerprint: str) -> pd.DataFrame | None:
+    def get(self, pool: str, fingerprint: str, log) -> pd.DataFrame | None:
         if self.rows is None:
             return None
         kept = self.rows[(self.rows["pool"] == pool) & (self.rows["inputs_hash"] == fingerprint)]
         if kept.empty:
             return None
+        log(f"{pool}: inputs unchanged since the last build: its {len(kept)} rows kept")
         self.reused.append(pool)
         return kept
 
@@ -148,9 +149,8 @@ def gaming_audit(context: dg.AssetExecutionContext, config: GamingAuditConfig, w
             scorer.checkpoint_id, reference_model, temperature, config.model_dump(), criteria,
             standing[["model", "score"]], real[["model", "prompt_id", "reward"]].sort_values(["model", "prompt_id"]),
             answers[["model", "prompt_id", "response"]])
-        kept = previous.get(pool, fingerprint)
+        kept = previous.get(pool, fingerprint, context.log.info)
         if kept is not None:
-            context.log.info(f"{pool}: inputs unchanged since the last audit: its {len(kept)} rows kept")
             parts.append(kept)
             continue
         parts.append(audits.audit_pool(pool, standing, reference_model, answers, real, criteria, scorer,
@@ -210,9 +210,8 @@ def criteria_fidelity(context: dg.AssetExecutionContext, config: CriteriaFidelit
         fingerprint = inputs_hash(scorer.checkpoint_id, reference_model, temperature, phrasings,
                                   sorted(trained) if trained is not None else None,
                                   answers[["model", "prompt_id", "response"]])
-        kept = previous.get(pool, fingerprint)
+        kept = previous.get(pool, fingerprint, context.log.info)
         if kept is not None:
-            context.log.info(f"{pool}: inputs unchanged since the last measurement: its {len(kept)} rows kept")
             parts.append(kept)
             continue
         cached = None

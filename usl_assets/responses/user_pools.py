@@ -12,7 +12,6 @@ becomes the prompt's topic group on the page and in the CLI), optional `history`
 """
 
 import datetime as dt
-import hashlib
 import json
 import re
 import shutil
@@ -183,6 +182,8 @@ def register_pool(name: str, prompts_path: Path, home_root: Path, reference_mode
                   max_prompts: int = DEFAULT_MAX_PROMPTS) -> PoolRecord:
     """Reads and checks the whole file, then writes the pool's folder in one rename. Raises UslConfigError (one
     line) when the name is taken or unsafe, or the file holds no usable prompt; nothing is written then."""
+    from usl_assets.responses.inbox import file_sha256  # inbox imports this module
+
     check_new_name(name, home_root)
     if max_prompts < 1:
         raise UslConfigError(f"--max-prompts must be at least 1 (got {max_prompts})")
@@ -201,7 +202,7 @@ def register_pool(name: str, prompts_path: Path, home_root: Path, reference_mode
     record = PoolRecord(
         name=name, reference_model=reference_model, max_prompts=max_prompts,
         created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        source=str(prompts_path.resolve()), source_sha256=_sha256(prompts_path), prompts=len(accepted),
+        source=str(prompts_path.resolve()), source_sha256=file_sha256(prompts_path), prompts=len(accepted),
         quarantined={str(k): int(v) for k, v in quarantine.groupby("rule").size().items()},
     )
     root = pools_root(home_root)
@@ -245,14 +246,6 @@ def _write_jsonl(path: Path, frame: pd.DataFrame) -> None:
     with open(path, "w", encoding="utf-8") as handle:
         for row in frame.to_dict(orient="records"):
             handle.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _counts(counts: dict) -> str:
