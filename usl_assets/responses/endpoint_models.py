@@ -53,8 +53,6 @@ def answer_pool(home_root: Path, pool: str, model: str, settings, progress=None,
     from usl_assets.responses import generation
 
     check_target(home_root, pool, model)
-    api_model = generation.check_endpoint(settings)
-    settings = generation.GenerationSettings(**{**_as_dict(settings), "api_model": api_model})
     rows = user_pools.pool_prompt_rows(home_root, pool)
     prompts = [generation.PromptToAnswer(row.prompt_id, row.prompt, _history(row.history))
                for row in rows.itertuples()]
@@ -94,10 +92,6 @@ def settings_of(entry: dict):
     from usl_assets.responses.generation import GenerationSettings
 
     return GenerationSettings(**{k: v for k, v in entry.items() if k not in ("pool", "model")})
-
-
-def _as_dict(settings) -> dict:
-    return {f.name: getattr(settings, f.name) for f in fields(settings)}
 
 
 def _history(value) -> tuple:
