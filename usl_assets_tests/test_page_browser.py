@@ -276,3 +276,81 @@ def test_compare_tab_breaks_the_linear_crm_rewards_into_terms(browser, linear_pa
     shown = dict(re.findall(r"^(?:- )?(.+?): ([+-][0-9.]+)$", verdict, flags=re.M))
     top = gaps.index[0]
     assert float(shown[top]) == pytest.approx(gaps[top], abs=1.5e-3)
+
+
+READ_WHY = """id => Array.from(document.querySelectorAll(`#${id} table tbody tr`)).map(
+  row => Array.from(row.querySelectorAll('td')).map(cell => cell.innerText.trim()))"""
+
+
+def open_why(tab, which: str, model: str) -> str:
+    """Pick `model` in the tab's "Why?" list, press Why?, and return the breakdown's text once shown."""
+    tab.wait_for_function("id => document.querySelector(`#why-model-${id} input`).value !== ''", arg=which)
+    tab.locator(f"#why-model-{which} input").click()
+    tab.get_by_role("option", name=model, exact=True).click()
+    tab.locator(f"#why-run-{which}").click()
+    tab.wait_for_function("([id, model]) => document.querySelector(`#why-${id}`).innerText.includes(`Why ${model}`)",
+                          arg=[which, model], timeout=240_000)
+    return tab.locator(f"#why-{which}").inner_text()
+
+
+def shown_terms(tab, which: str) -> dict[str, float]:
+    """The breakdown's table as term -> model − reference (the last row is the total)."""
+    return {row[0]: float(row[1]) for row in tab.evaluate(READ_WHY, f"why-{which}")}
+
+
+def assert_same_breakdown(shown: dict[str, float], text: str, expected) -> None:
+    """The page's breakdown is explain.py's: the total, each term, the prompts compared, the scale."""
+    assert shown.pop("total") == pytest.approx(expected.total, abs=6e-4)
+    assert f"Total: {expected.total:+.3f}" in text and f"σ(d/{expected.temperature:.2f})" in text
+    assert f"on the same {expected.n_prompts} prompts" in text
+    assert shown == pytest.approx(expected.table.set_index("term")["difference"].to_dict(), abs=6e-4)
+
+
+def test_why_breaks_a_models_reward_gap_into_the_terms_explain_computes(browser, page_home, linear_page_url,
+                                                                        linear_checkpoint, screenshot_dir):
+    """Each leaderboard tab opens one model's "Why?": its mean reward difference against the reference over the
+    ranked prompts, by the linear CRM's terms, equal to leaderboards/explain.py's for the same model, topics and
+    criteria (default tab: each prompt's scenario criteria; custom tab: Code under CRITERIA)."""
+    from usl_assets.crm.checkpoints import load_scorer
+    from usl_assets.leaderboards.commands import build_leaderboard
+    from usl_assets.leaderboards.explain import cli_breakdown
+    from usl_assets.leaderboards.ranking import BootstrapSettings
+
+    scorer = load_scorer(linear_checkpoint)
+    published = page_home / "published" / "warehouse.duckdb"
+    model, reference = "claude-3-opus-20240229", "gpt4_1106_preview"
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    tab = context.new_page()
+    tab.goto(linear_page_url, wait_until="networkidle")
+
+    text = open_why(tab, "default", model)
+    board = build_leaderboard("alpaca_eval", [], [], DEFAULT_METHOD, BootstrapSettings(), published=published)
+    expected = cli_breakdown(model, board, "alpaca_eval", [], scorer=scorer)
+    assert f"against {reference}'s (the reference)" in text and "(every prompt)" in text
+    assert "each prompt's scenario default criteria" in text
+    assert_same_breakdown(shown_terms(tab, "default"), text, expected)
+    assert "no breakdown" in open_why(tab, "default", reference) and "it is the pool's reference model" in \
+        tab.locator("#why-default").inner_text()
+
+    tab.get_by_role("tab", name="Customizable leaderboard").click()
+    tab.locator("#groups").get_by_label("Code").check()
+    tab.locator("#criteria textarea").fill("\n".join(CRITERIA))
+    tab.locator("#run-custom").click()
+    tab.wait_for_function("() => document.querySelector('#header-custom').innerText.includes('#Models')",
+                          timeout=240_000)
+    text = open_why(tab, "custom", model)
+    tab.screenshot(path=str(screenshot_dir / "page_why.png"), full_page=True)
+    board = build_leaderboard("alpaca_eval", ["Code"], [], DEFAULT_METHOD, BootstrapSettings(), published=published)
+    expected = cli_breakdown(model, board, "alpaca_eval", CRITERIA, scorer=scorer)
+    assert_same_breakdown(shown_terms(tab, "custom"), text, expected)
+    assert "(Code)" in text and all(f"“{criterion}”" in text for criterion in CRITERIA)
+    context.close()
+
+
+def test_why_says_a_neural_crm_has_no_breakdown(page):
+    page.wait_for_function("() => document.querySelector('#why-model-default input').value !== ''")
+    page.locator("#why-run-default").click()
+    page.wait_for_function("() => document.querySelector('#why-default').innerText.includes('no breakdown')")
+    assert "the default CRM is factorized, whose reward is not a sum of readable terms" in \
+        page.locator("#why-default").inner_text()
+    assert page.locator("#why-default table").count() == 0

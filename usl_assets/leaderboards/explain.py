@@ -6,9 +6,13 @@ so a reward splits exactly into the word n-gram score and one term per group of 
 as properties.PROPERTY_FEATURES groups them; the answer's fit to the prompt; the graded answers; degeneration; the
 other style features). The usl methods compare a model's answer with the pool's reference model's on each prompt,
 so what places a model is its mean term difference against the reference over the ranked prompts, under the
-criteria the ranking used. `usl leaderboard --explain MODEL` prints it; the neural CRMs have no such breakdown.
+criteria the ranking used. `usl leaderboard --explain MODEL` prints it and the page's "Why?" shows it (both through
+breakdown_of); the neural CRMs have no such breakdown.
 """
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -99,33 +103,62 @@ def paired_answers(responses: pd.DataFrame, model: str, reference: str,
             .drop(columns="_first").reset_index(drop=True))
 
 
-def explain_model(model: str, board, pool: str, criteria: list[str], home: Path | None = None) -> str:
-    """`usl leaderboard --explain MODEL`: the breakdown of MODEL against the pool's reference over the prompts the
-    board ranks by, from the ad hoc cache's response rows (scored rows are reused; missing ones computed)."""
-    from usl_assets.leaderboards.commands import adhoc_cache, read_published, usl_soft_temperature
-    from usl_assets.responses.pools import content_hash
-    from usl_assets.scoring.cache import cached_embeddings
-    from usl_assets.scoring.score import load_scorer, pool_responses
-    from usl_assets.settings import usl_home
+@dataclass
+class Breakdown:
+    """One model's breakdown against the pool's reference (`usl leaderboard --explain MODEL` and the page's "Why?"):
+    the terms (term, difference, share; largest first) or, where there is none, `note` saying why."""
+    model: str
+    reference: str | None
+    scope: str  # what the board ranks by: 'all' or the topics
+    criteria: list[str]  # [] : each prompt's scenario default criteria
+    temperature: float  # usl_soft's k: a reward difference d is a win probability σ(d/k)
+    table: pd.DataFrame | None = None
+    n_prompts: int = 0
+    won: float = float("nan")  # share of the prompts where the model's answer has the higher reward
+    note: str = ""
 
-    scorer = load_scorer(home or usl_home())
+    @property
+    def total(self) -> float:
+        return float(self.table["difference"].sum()) if self.table is not None else float("nan")
+
+
+def no_breakdown(model: str, board, pool: str, scorer, asked_as: str = "") -> str:
+    """The line saying why MODEL has no breakdown (a CRM that is not linear; the reference itself), or ""; a model
+    the board does not rank is a UslConfigError (its message starts with `asked_as`)."""
     if getattr(scorer, "architecture", None) != "linear":
         return (f"no breakdown for {model}: the default CRM is {getattr(scorer, 'architecture', 'neural')}, whose "
                 "reward is not a sum of readable terms (only the linear CRM's is)")
-    reference = board.reference
     models = set(board.long["model"])
     if model not in models:
-        raise UslConfigError(f"--explain {model!r}: not a ranked model of pool {pool} (e.g. "
+        raise UslConfigError(f"{asked_as}{model!r}: not a ranked model of pool {pool} (e.g. "
                              f"{', '.join(sorted(models)[:4])})")
-    if reference is None or model == reference:
+    if board.reference is None or model == board.reference:
         return f"no breakdown for {model}: it is the pool's reference model, the one every other model is compared with"
-    defaults = None if criteria else read_published(
-        "SELECT scenario, criteria FROM scoring.criteria_profiles WHERE kind = 'scenario_default'")
-    with adhoc_cache().connect() as conn:
-        responses = paired_answers(pool_responses(conn, pool, board.topics or None), model, reference,
-                                   None if criteria else set(defaults["scenario"]))
-        hashes = [content_hash(p, r) for p, r in zip(responses["prompt"], responses["response"])]
-        cached = cached_embeddings(conn, scorer.checkpoint_id, hashes)
+    return ""
+
+
+def breakdown_of(model: str, board, pool: str, criteria: list[str], scorer, conn,
+                 default_criteria: Callable[[], pd.DataFrame], temperature: float) -> Breakdown:
+    """MODEL's breakdown against the board's reference over the prompts the board ranks by (every prompt when it
+    ranks by 'all'), under `criteria` (none: each prompt's scenario default criteria, from `default_criteria()`:
+    scenario, criteria), with the response rows cached in `conn` (scoring.response_embeddings of the scorer's
+    checkpoint; missing ones are computed, not stored). The CLI reads its ad hoc cache, the page its in-memory copy
+    of the published warehouse. The CLI and the page both call this: one arithmetic."""
+    from usl_assets.responses.pools import content_hash
+    from usl_assets.scoring.cache import cached_embeddings
+    from usl_assets.scoring.score import pool_responses
+
+    found = Breakdown(model, board.reference, board.scope, list(criteria), temperature,
+                      note=no_breakdown(model, board, pool, scorer))
+    if found.note:
+        return found
+    reference = board.reference
+    defaults = None if criteria else default_criteria()
+    topics = None if board.scope == "all" else (board.topics or None)
+    responses = paired_answers(pool_responses(conn, pool, topics), model, reference,
+                               None if criteria else set(defaults["scenario"]))
+    hashes = [content_hash(p, r) for p, r in zip(responses["prompt"], responses["response"])]
+    cached = cached_embeddings(conn, scorer.checkpoint_id, hashes)
     missing = [i for i, h in enumerate(hashes) if h not in cached]
     computed = (scorer.embed_responses(responses["prompt"].iloc[missing].tolist(),
                                        responses["response"].iloc[missing].tolist()) if missing else [])
@@ -139,7 +172,35 @@ def explain_model(model: str, board, pool: str, criteria: list[str], home: Path 
         vectors = np.stack([embedded[s] for s in responses["scenario"]])
     terms = reward_terms(scorer.weights, rows, vectors)
     mine = (responses["model"] == model).to_numpy()
-    table = model_breakdown(terms[mine].reset_index(drop=True), terms[~mine].reset_index(drop=True))
-    won = float((terms[mine].sum(axis=1).to_numpy() > terms[~mine].sum(axis=1).to_numpy()).mean())
-    return render_breakdown(model, reference, table, int(mine.sum()), won, usl_soft_temperature(), criteria,
-                            board.scope)
+    found.table = model_breakdown(terms[mine].reset_index(drop=True), terms[~mine].reset_index(drop=True))
+    found.won = float((terms[mine].sum(axis=1).to_numpy() > terms[~mine].sum(axis=1).to_numpy()).mean())
+    found.n_prompts = int(mine.sum())
+    return found
+
+
+def cli_breakdown(model: str, board, pool: str, criteria: list[str], home: Path | None = None,
+                  scorer=None) -> Breakdown:
+    """The CLI's breakdown: the default CRM (or `scorer`), the ad hoc cache's response rows (scored rows are
+    reused; missing ones computed), the published default criteria and usl_soft's temperature."""
+    from usl_assets.leaderboards.commands import adhoc_cache, read_published, usl_soft_temperature
+    from usl_assets.scoring.score import load_scorer
+    from usl_assets.settings import usl_home
+
+    scorer = scorer or load_scorer(home or usl_home())
+    note = no_breakdown(model, board, pool, scorer, asked_as="--explain ")  # before the cache is opened
+    if note:
+        return Breakdown(model, board.reference, board.scope, list(criteria), float("nan"), note=note)
+    defaults = partial(read_published, "SELECT scenario, criteria FROM scoring.criteria_profiles "
+                                       "WHERE kind = 'scenario_default'")
+    with adhoc_cache().connect() as conn:
+        return breakdown_of(model, board, pool, criteria, scorer, conn, defaults, usl_soft_temperature())
+
+
+def explain_model(model: str, board, pool: str, criteria: list[str], home: Path | None = None) -> str:
+    """`usl leaderboard --explain MODEL`: the breakdown of MODEL against the pool's reference over the prompts the
+    board ranks by, as text."""
+    found = cli_breakdown(model, board, pool, criteria, home)
+    if found.note:
+        return found.note
+    return render_breakdown(model, found.reference, found.table, found.n_prompts, found.won, found.temperature,
+                            criteria, found.scope)

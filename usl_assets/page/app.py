@@ -128,6 +128,40 @@ class Page:
         return ("⚠️ cancelled: no leaderboard for these criteria; what was scored so far is kept, so pressing *Rank "
                 "the models* again starts from there", "", EMPTY, None)
 
+    # --- "Why?": one model's breakdown against the reference (both leaderboard tabs) -------------------------------
+
+    @staticmethod
+    def why_choices(table):
+        """The shown table's models, in its order, for the "Why?" list; the last breakdown is cleared with it."""
+        models = [str(m) for m in table["model"]] if isinstance(table, pd.DataFrame) and "model" in table else []
+        return gr.update(choices=models, value=models[0] if models else None), ""
+
+    def why_default(self, pool: str, method: str, model: str) -> str:
+        """The breakdown of a model of the default tab's leaderboard, under each prompt's scenario criteria."""
+        try:
+            pool = inputs.checked_choice(pool, self.data.pools, "pool")
+            method = inputs.checked_choice(method, self.data.methods[pool], "method")
+            board = self.data.default_leaderboard(pool, method)
+            model = inputs.checked_choice(model, board.wide["model"], "model")
+            return views.why_markdown(self.data.explain(model, board, pool, []), self.data.version)
+        except Exception as error:  # noqa: BLE001
+            return problem_text(error)
+
+    def why_custom(self, pool: str, groups: list[str], scenarios: list[str], criteria_text: str, method: str,
+                   model: str) -> str:
+        """The breakdown of a model of the custom tab's leaderboard: its pool, topics and criteria (the leaderboard
+        is kept once ranked, so this scores nothing new unless the criteria changed since)."""
+        try:
+            pool = inputs.checked_choice(pool, self.data.pools, "pool")
+            topics = inputs.checked_topics([*(groups or []), *(scenarios or [])], self.data.topic_names(pool))
+            criteria = inputs.checked_criteria(criteria_text)
+            method = inputs.checked_choice(method, self.data.methods[pool], "method")
+            board = self.data.custom_leaderboard(pool, topics, criteria, method).board
+            model = inputs.checked_choice(model, board.wide["model"], "model")
+            return views.why_markdown(self.data.explain(model, board, pool, criteria), self.data.version)
+        except Exception as error:  # noqa: BLE001
+            return problem_text(error)
+
     @staticmethod
     def _session(request: gr.Request | None) -> str:
         return getattr(request, "session_hash", None) or "api"
@@ -197,6 +231,15 @@ class Page:
                 gr.update(choices=methods, value=method))
 
 
+def why_controls(tab: str):
+    """Under a leaderboard: a list of its models, a "Why?" button, and where the breakdown shows."""
+    with gr.Row(equal_height=True):
+        model = gr.Dropdown([], label="Why does this model rank here? (its reward against the reference, by term)",
+                            elem_id=f"why-model-{tab}", scale=4)
+        run = gr.Button("Why?", elem_id=f"why-run-{tab}", scale=1)
+    return model, run, gr.Markdown(elem_id=f"why-{tab}")
+
+
 def build_app(data: PageData) -> gr.Blocks:
     page = Page(data)
     pools, first = data.pools, data.pools[0]
@@ -210,6 +253,7 @@ def build_app(data: PageData) -> gr.Blocks:
             status1 = gr.Markdown(elem_id="status-default")
             table1 = gr.Dataframe(interactive=False, label="Ranking (click a header to sort)",
                                   elem_id="table-default", max_height=700)
+            why_model1, why_run1, why1 = why_controls("default")
             chart1 = gr.Plot(label="Scores with 95% intervals", elem_id="chart-default")
             validity1 = gr.Markdown(elem_id="validity")
         with gr.Tab("Customizable leaderboard", id="custom"):
@@ -236,6 +280,7 @@ def build_app(data: PageData) -> gr.Blocks:
             header2 = gr.Markdown(elem_id="header-custom")
             table2 = gr.Dataframe(interactive=False, label="Your leaderboard", elem_id="table-custom",
                                   max_height=700)
+            why_model2, why_run2, why2 = why_controls("custom")
             chart2 = gr.Plot(label="Overall scores with 95% intervals", elem_id="chart-custom")
         with gr.Tab("Compare two models", id="compare"):
             with gr.Row():
@@ -262,16 +307,24 @@ def build_app(data: PageData) -> gr.Blocks:
 
         default_out = [table1, chart1, validity1, status1]
         # .input fires on a user's change only; the load below sets every component itself.
+        why_list1, why_list2 = [why_model1, why1], [why_model2, why2]
         pool1.input(page.pool_methods, pool1, method1, api_name=False).then(
-            page.show_default, [pool1, method1], default_out, api_name=False)
-        method1.input(page.show_default, [pool1, method1], default_out, api_name="default_leaderboard")
+            page.show_default, [pool1, method1], default_out, api_name=False).then(
+            page.why_choices, table1, why_list1, api_name=False)
+        method1.input(page.show_default, [pool1, method1], default_out, api_name="default_leaderboard").then(
+            page.why_choices, table1, why_list1, api_name=False)
+        why_run1.click(page.why_default, [pool1, method1, why_model1], why1, api_name="why_default")
         pool2.input(page.topic_choices, pool2, [groups2, scenarios2], api_name=False)
         pool2.input(page.pool_methods, pool2, method2, api_name=False)
         profile2.input(page.profile_criteria, profile2, criteria2, api_name=False)
         running = run2.click(page.show_custom, [pool2, groups2, scenarios2, criteria2, method2],
                              [header2, table2, chart2, status2], api_name="custom_leaderboard")
         running.then(page.show_reading, criteria2, reading2, api_name="criteria_reading")
-        cancel2.click(page.cancel, None, [status2, header2, table2, chart2], cancels=[running], api_name=False)
+        running.then(page.why_choices, table2, why_list2, api_name=False)
+        cancel2.click(page.cancel, None, [status2, header2, table2, chart2], cancels=[running], api_name=False).then(
+            page.why_choices, table2, why_list2, api_name=False)
+        why_run2.click(page.why_custom, [pool2, groups2, scenarios2, criteria2, method2, why_model2], why2,
+                       api_name="why_custom")
         compare_lists = [prompt3, model_a3, model_b3, topic3]
         pool3.input(page.compare_choices, [pool3, topic3], compare_lists, api_name=False)
         topic3.input(page.compare_choices, [pool3, topic3], compare_lists, api_name=False)
@@ -279,7 +332,7 @@ def build_app(data: PageData) -> gr.Blocks:
                    [prompt_text3, response_a3, reward_a3, response_b3, reward_b3, verdict3, rendered_a3, rendered_b3],
                    api_name="compare")
         app.load(page.from_url, None, [pool1, method1, *default_out, pool2, groups2, scenarios2, criteria2, method2],
-                 api_name=False)
+                 api_name=False).then(page.why_choices, table1, why_list1, api_name=False)
         app.load(page.compare_choices, [pool3, topic3], compare_lists, api_name=False)
     return app
 

@@ -23,7 +23,7 @@ from usl_assets.crm.reading import CriteriaReading, is_readable, read_criteria, 
 from usl_assets.leaderboards import ranking
 from usl_assets.leaderboards.commands import (Leaderboard, build_leaderboard, pool_topics, read_published,
                                               usl_soft_temperature)
-from usl_assets.leaderboards.explain import reward_terms
+from usl_assets.leaderboards.explain import Breakdown, breakdown_of, reward_terms
 from usl_assets.responses.pools import content_hash
 from usl_assets.scoring import cache
 from usl_assets.scoring import score as scoring
@@ -177,6 +177,23 @@ class PageData:
             raise UslConfigError(self.crm_problem)
         with self._scoring_lock:
             return read_criteria(self.scorer, criteria)
+
+    def explain(self, model: str, board: Leaderboard, pool: str, criteria: list[str]) -> Breakdown:
+        """The "Why?" of one ranked model: leaderboards/explain.breakdown_of, the function `usl leaderboard --explain
+        MODEL` calls, over this page's copy (its cached response rows, its scenario default criteria, its CRM)."""
+        if self.scorer is None:
+            raise UslConfigError(self.crm_problem)
+
+        def defaults() -> pd.DataFrame:
+            return self._query(f"SELECT scenario, criteria FROM {scoring.PROFILES_TABLE} "
+                               "WHERE kind = 'scenario_default'").df()
+
+        with self._scoring_lock:  # the scorer's encoder and the in-memory copy, as scoring uses them
+            cursor = self._db.cursor()
+            try:
+                return breakdown_of(model, board, pool, criteria, self.scorer, cursor, defaults, self.temperature)
+            finally:
+                cursor.close()
 
     def _kept_or(self, key: tuple, build: Callable[[], Leaderboard]) -> tuple[Leaderboard, bool]:
         with self._kept_lock:

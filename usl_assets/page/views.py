@@ -184,3 +184,27 @@ def compare_verdict(rows: pd.DataFrame, criteria_said: str, temperature: float, 
                   "first):", ""]
     lines += [f"- {as_text(term)}: {gap:+.3f}" for term, gap in gaps.head(6).items()]
     return "\n".join(lines)
+
+
+def why_markdown(found, version: str) -> str:
+    """The "Why?" of one model (a leaderboards/explain.Breakdown): what it compares, under which criteria and CRM,
+    the total with its scale, then a table of the terms (model − reference, largest first) ending on the total.
+    The reference model, and a CRM that is not linear, get one line."""
+    model = as_text(found.model)
+    if found.note:
+        return f"**Why {model}?** {as_text(found.note)}."
+    said = ("; ".join(f"“{as_text(c)}”" for c in found.criteria) if found.criteria
+            else "each prompt's scenario default criteria")
+    scope = "every prompt" if found.scope == "all" else as_text(found.scope)
+    total, k = found.total, found.temperature
+    lines = [f"**Why {model} ranks here**: its reward against **{as_text(found.reference)}**'s (the reference) on the "
+             f"same {found.n_prompts} prompts ({scope}), under {said}; CRM `{as_text(version)}`.", "",
+             f"**Total: {total:+.3f}** reward units on average (model − reference). Scale: a reward difference d is a "
+             f"win probability σ(d/{k:.2f}) under usl_soft, 0 is even (a difference of {total:+.3f} alone: "
+             f"{1.0 / (1.0 + np.exp(-total / k)):.0%}). Its answer has the higher reward on {found.won:.0%} of the "
+             "prompts.", "",
+             "| term | model − reference | share of the moves |", "|---|---:|---:|"]
+    lines += [f"| {as_text(row.term)} | {row.difference:+.3f} | {row.share:.0%} |"
+              for row in found.table.itertuples()]
+    lines.append(f"| **total** | **{total:+.3f}** | |")
+    return "\n".join(lines)
