@@ -1,6 +1,7 @@
 """How strongly should a criterion the linear CRM reads move the ranking? A dev measure for the next lever of
 criteria fidelity (docs/crm.md, run 19): the default checkpoint's gate columns that read the prototype reading
-(crm/criteria_prototypes.py) multiplied by a gain at scoring time, nothing retrained, then
+(crm/criteria_prototypes.py) multiplied by a gain at scoring time, nothing retrained (on top of
+criteria_prototypes.EMPHASIS, which a checkpoint from run 22 on already applies to every phrasing), then
 
 - dev fidelity: Spearman over models between usl_soft point scores (the calibrated temperature of crm.calibration)
   under each phrasing and the property measured on the models' answers, on a pool that is no response pool: the

@@ -1,13 +1,17 @@
 """The criteria prototypes (crm/criteria_prototypes.py): a criterion read by the training phrasings nearest to it,
 with the real MiniLM encoder; the bank travels with the checkpoint."""
 
+import copy
+import dataclasses
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from usl_assets.crm import criteria_prototypes, linear_crm
 from usl_assets.crm.backbones import resolve_backbone
+from usl_assets.crm.interface import NEUTRAL_CRITERIA
 from usl_assets.crm.properties import PROPERTIES
 
 
@@ -57,6 +61,27 @@ def test_the_bank_is_saved_with_the_checkpoint_and_refuses_other_settings(encode
     with pytest.raises(ValueError, match="other prototype settings"):
         criteria_prototypes.PrototypeBank.load(tmp_path)
     assert criteria_prototypes.PrototypeBank.load(tmp_path / "none") is None
+
+
+def test_a_user_s_wish_is_read_with_emphasis_and_the_training_rows_criteria_at_the_fitted_strength(encoder,
+                                                                                                     tmp_path):
+    rubric, wish = "The response is factually accurate and complete.", "Be brief."
+    calibrated = linear_crm.calibrated_lines(pd.DataFrame({"criteria": [[rubric], [wish]],
+                                                           "property": [None, "length"]}))
+    assert rubric in calibrated and wish not in calibrated  # a property row's phrasing is a wish, not a setting
+    assert set(NEUTRAL_CRITERIA) <= calibrated  # no criteria is no wish
+    dataclasses.replace(encoder.bank, calibrated=calibrated).save(tmp_path)
+    scoring = copy.copy(encoder)
+    scoring.bank = criteria_prototypes.PrototypeBank.load(tmp_path)
+    assert scoring.bank.calibrated == calibrated
+    dim = 384
+    training = encoder.embed([(wish,), (rubric,), (rubric, wish)])[:, dim:]  # the bank as training reads it
+    read = scoring.embed([(wish,), (rubric,), (rubric, wish)])[:, dim:]
+    assert training[0].max() > 1.0  # "Be brief." reads as length:less
+    assert np.allclose(read[0], criteria_prototypes.EMPHASIS * training[0])
+    assert np.allclose(read[1], training[1])
+    assert np.allclose(read[2], (training[1] + criteria_prototypes.EMPHASIS * training[0]) / 2)  # the lines' mean
+    assert np.allclose(scoring.embed([(wish,)])[:, :dim], encoder.embed([(wish,)])[:, :dim])  # the embedding as is
 
 
 @pytest.mark.parametrize("line, sides", [

@@ -17,6 +17,13 @@ direction, the mean of its lines' readings (PROFILE_READING). The gate sees [e(c
 coefficient shift per property direction, which a new wording reaches as long as its nearest phrasings mean the
 same thing.
 
+A user's wish is read EMPHASIS times as strongly as the pairwise fit weighs it; the criteria the labelled pairs
+came with (the scenario rubrics, the harmless criteria, no criteria: `calibrated`) keep the fitted strength, so the
+default leaderboards are the fit's. Why: the fit learns how far a criterion moves one comparison of two answers,
+where a pair's property difference is large; a leaderboard needs it to move the mean over a model's answers, where
+the quality terms differ as much as the property does, and the fitted strength moved the judge's held-out models'
+leaderboards under new wordings too little (docs/crm.md, run 22).
+
 The bank's embeddings are stored with the checkpoint (`criteria_prototypes.safetensors` + `.json`), so scoring never
 re-embeds it and a checkpoint keeps the bank it was trained with.
 """
@@ -75,7 +82,10 @@ CONTRAST = "sides"  # how a contrast is read: "sides" (each alone) or "whole" (t
 # strongest line ("max"). With the strongest line a scenario rubric of many lines read as strongly, in as many
 # directions, as several wishes at once; the mean raised the dev pool's fidelity 0.502 -> 0.548 (docs/crm.md run 21).
 PROFILE_READING = "mean"
-SETTINGS = {"contrast": CONTRAST, "long_line_words": LONG_LINE_WORDS, "clauses": "first_person", "dislike": True,
+# How much more strongly than the fit a line outside `calibrated` is read: chosen on the dev pool's new_criteria
+# wordings (the AI judge's models outside both response pools; docs/crm.md run 22).
+EMPHASIS = 6.0
+SETTINGS = {"emphasis": EMPHASIS, "contrast": CONTRAST, "long_line_words": LONG_LINE_WORDS, "clauses": "first_person", "dislike": True,
             "top_k": TOP_K, "scale": SCALE, "profile_reading": PROFILE_READING, "negation_penalty": NEGATION_PENALTY,
             "temperature": TEMPERATURE,
             "match_center": MATCH_CENTER, "match_width": MATCH_WIDTH}
@@ -179,10 +189,17 @@ class PrototypeBank:
     vectors: np.ndarray  # per phrasing: its L2-normalized embedding
     negations: list[bool]  # per phrasing: whether it is worded as a negation
     texts: list[str] | None = None  # per phrasing: its text (saved with it, so an encoder need not embed it again)
+    calibrated: frozenset[str] | None = None  # lines read at the fitted strength (None: every line, as in training)
 
     @property
     def directions(self) -> list[str]:
         return list(dict.fromkeys(self.labels))
+
+    def strengths(self, lines: list[str]) -> np.ndarray:
+        """Per line, how strongly its reading counts: 1 for a calibrated line, EMPHASIS for any other."""
+        if self.calibrated is None:
+            return np.ones(len(lines))
+        return np.array([1.0 if line in self.calibrated else EMPHASIS for line in lines])
 
     def read_lines(self, lines: list[str], embed) -> np.ndarray:
         """Per criterion line, its reading: per direction, the strongest of its parts' (`sides`); an unwanted part
@@ -218,7 +235,8 @@ class PrototypeBank:
 
         save_file({"vectors": np.ascontiguousarray(self.vectors, dtype=np.float32)}, folder / WEIGHTS_FILE)
         (folder / SHAPE_FILE).write_text(json.dumps({"labels": self.labels, "negations": self.negations,
-                                                     "texts": self.texts, **SETTINGS}, indent=2), encoding="utf-8")
+                                                     "texts": self.texts, "calibrated": None if self.calibrated is None else sorted(self.calibrated),
+                                                     **SETTINGS}, indent=2), encoding="utf-8")
 
     @classmethod
     def load(cls, folder: Path) -> "PrototypeBank | None":
@@ -230,4 +248,4 @@ class PrototypeBank:
         if {k: shape.get(k) for k in SETTINGS} != SETTINGS:
             raise ValueError(f"{folder} reads criteria with other prototype settings: retrain it")
         return cls(shape["labels"], load_file(folder / WEIGHTS_FILE)["vectors"].astype(np.float64), shape["negations"],
-                   shape.get("texts"))
+                   shape.get("texts"), None if shape["calibrated"] is None else frozenset(shape["calibrated"]))

@@ -17,7 +17,7 @@ from usl_assets.crm import criteria_prototypes
 from usl_assets.crm.backbones import Backbone
 from usl_assets.crm.criteria_prototypes import PrototypeBank
 from usl_assets.crm.graded_answers import GradedAnswers
-from usl_assets.crm.interface import ScoreItem, criteria_text
+from usl_assets.crm.interface import NEUTRAL_CRITERIA, ScoreItem, criteria_text
 from usl_assets.crm import numpy_encoder
 from usl_assets.crm.numpy_encoder import NumpyBertEncoder, supports
 
@@ -80,7 +80,8 @@ class CriteriaEncoder:
         rows = [row / max(np.linalg.norm(row), 1e-12) for row in rows]
         if self.bank is not None:
             rows = [np.concatenate([row, criteria_prototypes.profile_reading(
-                        self.bank.read_lines(list(profile), self.embed_lines))])
+                        self.bank.read_lines(list(profile), self.embed_lines)
+                        * self.bank.strengths(list(profile))[:, None])])
                     for row, profile in zip(rows, profiles)]
         return np.stack(rows) if rows else np.zeros((0, 1))
 
@@ -89,6 +90,15 @@ def criteria_lines(criteria) -> list[str]:
     """The criteria as the encoder sees them, one line each (no criteria: one neutral line)."""
     lines = [str(c) for c in (criteria if criteria is not None else ())]
     return lines or [criteria_text(())]
+
+
+def calibrated_lines(pairs: pd.DataFrame) -> frozenset[str]:
+    """The criteria lines the training rows carry as the setting of a labelled pair (every row but the
+    criteria-defined property rows: scenario rubrics, harmless criteria, criteria noise), and the lines that stand
+    for no criteria: what scoring reads at the fitted strength (criteria_prototypes.EMPHASIS)."""
+    settings = pairs["criteria"] if "property" not in pairs else pairs.loc[pairs["property"].isna(), "criteria"]
+    return (frozenset(line for criteria in settings for line in criteria_lines(criteria))
+            | {criteria_text(()), *NEUTRAL_CRITERIA})
 
 
 def criteria_key(criteria) -> str:
@@ -132,11 +142,12 @@ def train_linear(pairs: pd.DataFrame, backbone: Backbone, train_config, folder: 
     extra = {"criteria_max_length": encoder.max_length, "config": linear.config_dict(config),
              "weight_by_source": fitted.weight_by_source, "judge_style_beta": fitted.style_beta}
     fitted.weights.save(folder, extra)
-    encoder.bank.save(folder)
     twin_config = linear.LinearConfig(iterations=config.iterations, ngrams=False, features="length",
                                       source_weights=config.source_weights, supported_view=False)
     twin = linear.fit_linear(pairs, vectors, twin_config, criteria_key, log=log, deadline=deadline,
                              reading_directions=encoder.bank.directions)
+    encoder.bank.calibrated = calibrated_lines(pairs)  # saved with the bank: scoring emphasizes every other line
+    encoder.bank.save(folder)
     (folder / LENGTH_ONLY_DIR).mkdir(exist_ok=True)
     twin.weights.save(folder / LENGTH_ONLY_DIR, {**extra, "config": linear.config_dict(twin_config)})
     return {"steps": fitted.iterations, "pairs_seen": fitted.rows, "tokens_seen": 0,
