@@ -1,7 +1,7 @@
 """A user pool at scale: add, score and rank time per model for pools of 1,000 and 10,000 prompts.
 
     USL_DATA_DIR=../shared/data .venv/bin/python benchmarks/user_pool_scale.py --home .usl [--prompts 1000 10000]
-        [--models 3]
+        [--models 3 | --one-run 30 [--answer-chars 1800]]
 
 Needs a warehouse from `make run` (the CRM checkpoint and the scenario tagger). Works on a copy of `--home` in a
 temporary folder (the warehouse, models/ and the Dagster home), so the original is untouched. Synthetic prompts
@@ -10,6 +10,10 @@ go through the real commands: `usl add-pool`, then per model `usl add-model --po
 partition run: model_responses = "add", response_rewards = "score"), then `leaderboards_after_model_job` once
 per model ("rank": the new model's rankings, the audits, the published copy). Prints one line per model and the
 process's peak RSS (one model's answers are in memory at a time; the leaderboards read rewards, not answers).
+
+`--one-run N` instead loads N models into each pool in one `model_responses` run over N partitions, as `usl run`'s
+phase 2 does after a batch of files arrives, in a child process whose time and peak RSS it prints (each file is
+checked, then read again as it is written: one model in memory at a time; loading, not scoring or ranking).
 """
 
 import argparse
@@ -49,13 +53,17 @@ def write_prompts(path: Path, n: int, rng: random.Random) -> None:
                                                f"{rng.randint(100, 999)}. What should I do? (case {i})"}) + "\n")
 
 
-def write_answers(prompts: Path, path: Path, style: int, rng: random.Random) -> None:
+def write_answers(prompts: Path, path: Path, style: int, rng: random.Random, chars: int = 0) -> None:
+    """One answer per prompt in the model's style; `chars`: each answer padded to about that length (AlpacaEval's
+    answers average ~1,800 characters)."""
     with open(prompts, encoding="utf-8") as source, open(path, "w", encoding="utf-8") as handle:
         for line in source:
             record = json.loads(line)
             task = record["prompt"].split("cannot ", 1)[1].split(" on device")[0]
-            handle.write(json.dumps({"prompt_id": record["id"],
-                                     "output": STYLES[style % len(STYLES)](task, rng.randint(1000, 9999))}) + "\n")
+            output = STYLES[style % len(STYLES)](task, rng.randint(1000, 9999))
+            while len(output) < chars:
+                output += f"\n\nNote {len(output)}: if {task} still fails, restart the device and try again."
+            handle.write(json.dumps({"prompt_id": record["id"], "output": output}) + "\n")
 
 
 def copy_home(source: Path, target: Path) -> None:
@@ -71,11 +79,49 @@ def step_seconds(instance, run_id: str) -> dict[str, float]:
     return {s.step_key: (s.end_time or 0) - (s.start_time or 0) for s in instance.get_run_step_stats(run_id)}
 
 
+def one_run(home: Path, pool: str, prompts: Path, models: int, rng: random.Random, chars: int) -> None:
+    """N model files staged as accepted ones, then one model_responses run over their N partitions in a child."""
+    import subprocess
+
+    import dagster as dg
+
+    from usl_assets.responses.pools import accepted_dir
+
+    folder = accepted_dir(home, pool)
+    folder.mkdir(parents=True, exist_ok=True)
+    keys = []
+    for m in range(models):
+        write_answers(prompts, folder / f"model-{m}.jsonl", m, rng, chars)
+        keys.append(f"{pool}:model-{m}")
+    with dg.DagsterInstance.get() as instance:
+        instance.add_dynamic_partitions("models", keys)
+    child = ("import dagster as dg, time\n"
+             "from usl_assets.resources import default_resources\n"
+             "from usl_assets.responses.assets import model_responses\n"
+             "started = time.perf_counter()\n"
+             "with dg.DagsterInstance.get() as instance:\n"
+             "    result = dg.materialize([model_responses], instance=instance, resources=default_resources(), tags={\n"
+             f"        'dagster/asset_partition_range_start': {keys[0]!r},\n"
+             f"        'dagster/asset_partition_range_end': {keys[-1]!r}}})\n"
+             # VmHWM, not ru_maxrss: a child started by fork + exec inherits its parent's ru_maxrss on Linux
+             "peak = [line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM')][0]\n"
+             "print(f'{result.success} {time.perf_counter() - started:.1f} {int(peak) / 1024:.0f}')\n")
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=os.environ)
+    last = done.stdout.strip().splitlines()[-1:] or [""]
+    if done.returncode != 0 or not last[0].startswith("True"):
+        raise SystemExit(f"{pool}: the model_responses run failed:\n{done.stderr[-3000:]}")
+    _, seconds, peak = last[0].split()
+    print(f"{pool}: {models} models in one model_responses run: {float(seconds):.0f} s, peak RSS {float(peak):,.0f} MB "
+          f"({models * int(pool.removeprefix('scale')):,} answers)", flush=True)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--home", type=Path, required=True, help="a USL_HOME after `make run`")
     parser.add_argument("--prompts", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--models", type=int, default=3)
+    parser.add_argument("--one-run", type=int, metavar="N", help="N models in one model_responses run per pool")
+    parser.add_argument("--answer-chars", type=int, default=0, help="pad each answer to about this many characters")
     args = parser.parse_args(argv)
     if not (args.home / "warehouse.duckdb").exists():
         print(f"{args.home} has no warehouse.duckdb: run `make run` first", file=sys.stderr)
@@ -103,6 +149,9 @@ def main(argv=None) -> int:
             started = time.perf_counter()
             assert usl(["add-pool", pool, "--prompts", str(prompts)]) == 0
             print(f"{pool}: add-pool {time.perf_counter() - started:.1f} s for {n:,} prompts")
+            if args.one_run:
+                one_run(home, pool, prompts, args.one_run, rng, args.answer_chars)
+                continue
             for m in range(args.models):
                 answers = Path(scratch) / f"model-{m}.jsonl"
                 write_answers(prompts, answers, m, rng)

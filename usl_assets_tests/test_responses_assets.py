@@ -155,3 +155,39 @@ def test_the_partitions_definition_is_the_shared_models_one():
     assert model_responses.partitions_def == model_partitions
     # one run over a range of partitions, not one run per partition
     assert model_responses.backfill_policy == dg.BackfillPolicy.single_run()
+
+
+def test_a_file_changed_between_its_check_and_its_write_rolls_the_whole_run_back(env, shared_data_dir, monkeypatch):
+    """model_responses checks every file, then reads each again as it writes it (one model in memory at a time):
+    a file another process rewrote in between fails the run, and the models already written in it roll back."""
+    instance = dg.DagsterInstance.ephemeral()
+    accepted = pools.accepted_dir(Path(env["usl_home"].path), "alpaca_eval")
+    accepted.mkdir(parents=True)
+    records = alpaca_records(shared_data_dir, "gemma-7b-it")
+    for model in ("first-model", "second-model"):
+        (accepted / f"{model}.json").write_text(json.dumps(records))
+    loads = []
+    real_load = pools.load_model_responses
+
+    def load_then_rewrite(pool, model, path, prompts):
+        loads.append(model)
+        if len(loads) == 3:  # the write has begun (first-model read again): another process rewrites second-model
+            (accepted / "second-model.json").write_text(json.dumps(records[:-1]))
+        return real_load(pool, model, path, prompts)
+
+    monkeypatch.setattr(pools, "load_model_responses", load_then_rewrite)
+    instance.add_dynamic_partitions("models", ["alpaca_eval:first-model", "alpaca_eval:second-model"])
+    run = dict(resources=env, instance=instance, raise_on_error=False,
+               tags={"dagster/asset_partition_range_start": "alpaca_eval:first-model",
+                     "dagster/asset_partition_range_end": "alpaca_eval:second-model"})
+    result = dg.materialize([model_responses], **run)
+    assert not result.success and loads == ["first-model", "second-model", "first-model", "second-model"]
+    failure = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"][0]
+    assert "second-model.json changed while the run was writing it" in str(failure.event_specific_data.error)
+    warehouse: Warehouse = env["warehouse"]
+    assert not warehouse.table_exists("responses.responses") or warehouse.query(
+        "SELECT count(*) AS n FROM responses.responses")["n"].item() == 0
+    loads.clear()
+    assert dg.materialize([model_responses], **run).success  # unchanged since its check: written
+    assert warehouse.query("SELECT model, count(*) AS n FROM responses.responses GROUP BY model ORDER BY model"
+                           ).values.tolist() == [["first-model", 805], ["second-model", 804]]

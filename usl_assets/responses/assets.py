@@ -8,6 +8,7 @@ import dagster as dg
 from usl_assets.partitions import model_partitions
 from usl_assets.resources import WAREHOUSE_POOL, DataDir, UslHome, Warehouse
 from usl_assets.responses import pools, sampling, tables as response_tables, user_pools
+from usl_assets.responses.inbox import file_sha256
 
 GROUP = "responses"
 
@@ -106,26 +107,42 @@ def model_responses(
     if not warehouse.table_exists(response_tables.PROMPTS_TABLE):
         raise dg.Failure(f"{response_tables.PROMPTS_TABLE} is missing: materialize pool_prompts first")
     prompts = warehouse.read_table(response_tables.PROMPTS_TABLE)
-    loaded = []
-    # Every file is read and checked before anything is written.
+    checked = []  # (key, pool, model, path, sha256): every file is read and checked before anything is written
     for key in context.partition_keys:
         pool, model = pools.split_partition_key(key)
         path = pools.model_file(data_dir.root(), usl_home.root(), pool, model)
-        try:
-            loaded.append(pools.load_model_responses(pool, model, path, prompts))
-        except pools.ResponseFileError as error:
-            raise dg.Failure(f"partition {key}: {error}; nothing was written") from error
-        context.log.info(f"{key}: {len(loaded[-1].responses)} responses, {len(loaded[-1].quarantine)} quarantined")
-    response_tables.replace_model_rows(warehouse, loaded)
-    for item in loaded:
-        context.add_asset_metadata(partition_metadata(item), partition_key=pools.partition_key(item.pool, item.model))
+        item = _load_or_fail(key, pool, model, path, prompts)
+        checked.append((key, pool, model, path, file_sha256(path)))
+        context.log.info(f"{key}: {len(item.responses)} responses, {len(item.quarantine)} quarantined")
+    written = []
+
+    def reloaded():
+        """Each file read again as it is written, one model in memory at a time (a pool of 10,000 prompts and 30
+        models does not fit at once); a file changed since its check fails the run and rolls the write back."""
+        for key, pool, model, path, digest in checked:
+            item = _load_or_fail(key, pool, model, path, prompts)
+            if file_sha256(path) != digest:
+                raise dg.Failure(f"partition {key}: {path} changed while the run was writing it; nothing was written")
+            written.append((key, partition_metadata(item)))
+            yield item
+
+    response_tables.replace_model_rows(warehouse, reloaded())
+    for key, metadata in written:
+        context.add_asset_metadata(metadata, partition_key=key)
     # Shared by the run's partitions; each partition's own figures come from add_asset_metadata above.
     return dg.MaterializeResult(
         metadata={
             **warehouse.table_metadata(response_tables.RESPONSES_TABLE),
-            "partitions_in_run": dg.MetadataValue.int(len(loaded)),
+            "partitions_in_run": dg.MetadataValue.int(len(written)),
         }
     )
+
+
+def _load_or_fail(key: str, pool: str, model: str, path, prompts) -> pools.ModelResponses:
+    try:
+        return pools.load_model_responses(pool, model, path, prompts)
+    except pools.ResponseFileError as error:
+        raise dg.Failure(f"partition {key}: {error}; nothing was written") from error
 
 
 def partition_metadata(item: pools.ModelResponses) -> dict:

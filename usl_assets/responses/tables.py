@@ -6,6 +6,7 @@ model's rows replaced by different ones are first copied to archive.*, stamped, 
 """
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -84,8 +85,9 @@ def archive_removed_pools(writer: Writer, pools: list[str]) -> dict[str, int]:
     return moved
 
 
-def replace_model_rows(warehouse, loaded: list[ModelResponses]) -> None:
-    """In one transaction: each loaded model's rows replace that model's earlier rows (and quarantine)."""
+def replace_model_rows(warehouse, loaded: Iterable[ModelResponses]) -> None:
+    """In one transaction: each loaded model's rows replace that model's earlier rows (and quarantine). `loaded` is
+    consumed one model at a time (a generator keeps one in memory); an exception from it rolls everything back."""
     with warehouse.transaction() as writer:
         for spec in (RESPONSES, QUARANTINE):
             writer.ensure_table(spec)
