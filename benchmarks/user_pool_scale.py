@@ -11,9 +11,11 @@ partition run: model_responses = "add", response_rewards = "score"), then `leade
 per model ("rank": the new model's rankings, the audits, the published copy). Prints one line per model and the
 process's peak RSS (one model's answers are in memory at a time; the leaderboards read rewards, not answers).
 
-`--one-run N` instead loads N models into each pool in one `model_responses` run over N partitions, as `usl run`'s
-phase 2 does after a batch of files arrives, in a child process whose time and peak RSS it prints (each file is
-checked, then read again as it is written: one model in memory at a time; loading, not scoring or ranking).
+`--one-run N` instead takes N models into each pool as `usl run`'s phase 2 does after a batch of files arrives:
+one `model_partitions` run over the N partitions that loads them ("add": model_responses; each file is checked,
+then read again as it is written, one model in memory at a time), one that scores them ("score":
+response_rewards), each in a child process whose time and peak RSS it prints; then "rank": one
+`leaderboards_after_model_job` and one `leaderboards_job` (the nightly rebuild that refits Bradley–Terry).
 """
 
 import argparse
@@ -80,9 +82,8 @@ def step_seconds(instance, run_id: str) -> dict[str, float]:
 
 
 def one_run(home: Path, pool: str, prompts: Path, models: int, rng: random.Random, chars: int) -> None:
-    """N model files staged as accepted ones, then one model_responses run over their N partitions in a child."""
-    import subprocess
-
+    """N model files staged as accepted ones, then one model_partitions run over their N partitions that loads them
+    (model_responses) and one that scores them (response_rewards), each in a child process."""
     import dagster as dg
 
     from usl_assets.responses.pools import accepted_dir
@@ -95,24 +96,66 @@ def one_run(home: Path, pool: str, prompts: Path, models: int, rng: random.Rando
         keys.append(f"{pool}:model-{m}")
     with dg.DagsterInstance.get() as instance:
         instance.add_dynamic_partitions("models", keys)
-    child = ("import dagster as dg, time\n"
-             "from usl_assets.resources import default_resources\n"
-             "from usl_assets.responses.assets import model_responses\n"
-             "started = time.perf_counter()\n"
-             "with dg.DagsterInstance.get() as instance:\n"
-             "    result = dg.materialize([model_responses], instance=instance, resources=default_resources(), tags={\n"
-             f"        'dagster/asset_partition_range_start': {keys[0]!r},\n"
-             f"        'dagster/asset_partition_range_end': {keys[-1]!r}}})\n"
-             # VmHWM, not ru_maxrss: a child started by fork + exec inherits its parent's ru_maxrss on Linux
-             "peak = [line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM')][0]\n"
-             "print(f'{result.success} {time.perf_counter() - started:.1f} {int(peak) / 1024:.0f}')\n")
-    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=os.environ)
+    for phase, selection in (("add", "[model_responses.key]"),
+                             ("score", "[k for k in partition_run_selection(defs.resolve_asset_graph()) "
+                                       "if k != model_responses.key]")):
+        seconds, peak = _child_run(keys, selection)
+        print(f"{pool}: {phase} {models} models in one model_partitions run: {seconds:.0f} s "
+              f"({seconds / models:.1f} s per model), peak RSS {peak:,.0f} MB "
+              f"({models * int(pool.removeprefix('scale')):,} answers)", flush=True)
+
+
+# One model_partitions run over a range of partitions in a child process, as `usl run`'s phase 2 runs it.
+# VmHWM, not ru_maxrss: a child started by fork + exec inherits its parent's ru_maxrss on Linux.
+_CHILD = """import dagster as dg, time
+from usl_assets.definitions import defs
+from usl_assets.jobs import PARTITIONS_JOB
+from usl_assets.launch import execute_in_location
+from usl_assets.pipeline import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_TAG
+from usl_assets.responses.assets import model_responses, partition_run_selection
+started = time.perf_counter()
+with dg.DagsterInstance.get() as instance:
+    result = execute_in_location(defs.resolve_job_def(PARTITIONS_JOB), instance, asset_selection={selection},
+                                 tags={{PARTITION_RANGE_START_TAG: {first!r}, PARTITION_RANGE_END_TAG: {last!r}}})
+peak = [line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM')][0]
+print(f'{{result.success}} {{time.perf_counter() - started:.1f}} {{int(peak) / 1024:.0f}}')
+"""
+
+
+def _child_run(keys: list[str], selection: str) -> tuple[float, float]:
+    """(seconds, peak RSS MB) of one run of `selection` (Python source) over the partitions keys[0]..keys[-1]."""
+    import subprocess
+
+    program = _CHILD.format(selection=selection, first=keys[0], last=keys[-1])
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=os.environ)
     last = done.stdout.strip().splitlines()[-1:] or [""]
     if done.returncode != 0 or not last[0].startswith("True"):
-        raise SystemExit(f"{pool}: the model_responses run failed:\n{done.stderr[-3000:]}")
+        raise SystemExit(f"the model_partitions run over {keys[0]}..{keys[-1]} failed:\n{done.stderr[-3000:]}")
     _, seconds, peak = last[0].split()
-    print(f"{pool}: {models} models in one model_responses run: {float(seconds):.0f} s, peak RSS {float(peak):,.0f} MB "
-          f"({models * int(pool.removeprefix('scale')):,} answers)", flush=True)
+    return float(seconds), float(peak)
+
+
+def rank_all(pool: str, models: int) -> None:
+    """The leaderboards after a batch of models: leaderboards_after_model_job (every pool's rankings but
+    Bradley–Terry, the audits of the pool that changed, the published copy), then leaderboards_job (the nightly
+    rebuild, which fits Bradley–Terry with the new models)."""
+    import dagster as dg
+
+    from usl_assets.definitions import defs
+    from usl_assets.launch import execute_in_location
+    from usl_assets.responses.commands import rebuild_leaderboards
+
+    with dg.DagsterInstance.get() as instance:
+        started = time.perf_counter()
+        rebuild_leaderboards(instance, pool, tags={"usl/benchmark": f"{pool}: {models} models"})
+        after_models = time.perf_counter() - started
+        started = time.perf_counter()
+        result = execute_in_location(defs.resolve_job_def("leaderboards_job"), instance)
+        if not result.success:
+            raise SystemExit(f"leaderboards_job failed: run {result.run_id}")
+        nightly = time.perf_counter() - started
+    print(f"{pool}: rank {models} models: leaderboards_after_model_job {after_models:.0f} s, "
+          f"leaderboards_job {nightly:.0f} s", flush=True)
 
 
 def main(argv=None) -> int:
@@ -151,6 +194,7 @@ def main(argv=None) -> int:
             print(f"{pool}: add-pool {time.perf_counter() - started:.1f} s for {n:,} prompts")
             if args.one_run:
                 one_run(home, pool, prompts, args.one_run, rng, args.answer_chars)
+                rank_all(pool, args.one_run)
                 continue
             for m in range(args.models):
                 answers = Path(scratch) / f"model-{m}.jsonl"

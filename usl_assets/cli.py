@@ -16,6 +16,7 @@ from pathlib import Path
 
 import duckdb
 
+from usl_assets.interrupts import stop_on_signals
 from usl_assets.settings import SlotWaitTimeout, UslConfigError, usl_home
 
 # A step waited longer than --wait-timeout for a pool slot another run holds: sysexits' EX_TEMPFAIL, try later.
@@ -74,8 +75,6 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
-    from usl_assets.launch import stop_on_signals  # Dagster's: imported once the arguments are known good
-
     if not getattr(args, "verbose", False):
         quiet_libraries()
     stop_on_signals()

@@ -56,6 +56,7 @@ from dagster._core.remote_origin import (
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._utils.interrupts import pop_captured_interrupt
 
+from usl_assets.interrupts import interrupt, received
 from usl_assets.settings import SlotWaitTimeout
 from usl_assets.slot_wait import SlotWait
 
@@ -213,23 +214,6 @@ class SlotWaitingConcurrency(InstanceConcurrencyContext):
         return True
 
 
-_received = {"signal": None}
-
-
-def _interrupt(signum, _frame):
-    _received["signal"] = signum
-    raise KeyboardInterrupt
-
-
-def stop_on_signals() -> None:
-    """SIGTERM stops a CLI run as Ctrl-C does. Dagster turns either into a failed step and a failed run (its
-    writes are transactions or `.partial` files renamed at the end, so nothing half-written is published) and
-    would carry on with `raise_on_error=False`; raise_if_interrupted then stops the command."""
-    _received["signal"] = None
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
-
-
 @contextlib.contextmanager
 def signals_end_at_once() -> Iterator[None]:
     """Inside a run Dagster only notes SIGINT / SIGTERM until the next step starts; a wait for a slot is no step,
@@ -238,11 +222,11 @@ def signals_end_at_once() -> Iterator[None]:
         yield
         return
     previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
     try:
         if pop_captured_interrupt():
-            _interrupt(signal.SIGINT, None)
+            interrupt(signal.SIGINT, None)
         yield
     finally:
         signal.signal(signal.SIGINT, previous[0])
@@ -250,7 +234,7 @@ def signals_end_at_once() -> Iterator[None]:
 
 
 def was_interrupted(result: dg.ExecuteInProcessResult) -> bool:
-    return _received["signal"] is not None or any(
+    return received["signal"] is not None or any(
         event.is_step_failure and event.step_failure_data.error_source == ErrorSource.INTERRUPT
         for event in result.all_events)
 

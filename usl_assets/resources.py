@@ -14,8 +14,7 @@ import duckdb
 import pandas as pd
 
 from usl_assets import warehouse_docs
-from usl_assets.warehouse import Writer, split_table, transaction
-from usl_assets.warehouse import connect as connect_file
+from usl_assets.warehouse import WarehouseFile, Writer, published_path, split_table
 from usl_assets.settings import UslConfigError, data_dir, usl_home
 
 # Every asset that writes the warehouse declares pool=WAREHOUSE_POOL; dagster.yaml limits each pool to one step.
@@ -72,22 +71,20 @@ class Warehouse(dg.ConfigurableResource):
         return Path(self.path).expanduser().resolve() if self.path else usl_home() / "warehouse.duckdb"
 
     def published_path(self) -> Path:
-        return self.database_path().parent / "published" / "warehouse.duckdb"
+        return published_path(self.database_path())
+
+    def file(self) -> WarehouseFile:
+        return WarehouseFile(self.database_path(), self.lock_wait_s)
 
     @contextlib.contextmanager
     def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
-        db = self.database_path()
-        db.parent.mkdir(parents=True, exist_ok=True)
-        conn = connect_file(db, read_only, self.lock_wait_s)
-        try:
+        with self.file().connect(read_only) as conn:
             yield conn
-        finally:
-            conn.close()
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Writer]:
         """One short write: commits at the end of the block, rolls back on any error."""
-        with self.connect() as conn, transaction(conn) as writer:
+        with self.file().transaction() as writer:
             yield writer
 
     def replace_table(self, table: str, frame: pd.DataFrame, description: str = "") -> int:

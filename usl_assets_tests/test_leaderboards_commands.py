@@ -334,19 +334,24 @@ def test_explain_model_splits_its_reward_gap_to_the_reference_into_the_crm_terms
     assert code == 2 and out == "" and len(err.splitlines()) == 1 and "not a ranked model of pool alpaca_eval" in err
 
 
-def test_a_new_criterion_with_the_linear_crm_loads_no_torch(linear_home):
-    """What made `usl leaderboard --criteria …` slow was loading torch and transformers for the criteria encoder:
-    the linear CRM embeds criteria in NumPy (crm/numpy_encoder.py), so the command imports neither."""
+def test_a_new_criterion_with_the_linear_crm_loads_no_torch_and_no_dagster(linear_home):
+    """What made `usl leaderboard --criteria …` slow was loading torch and transformers for the criteria encoder
+    (the linear CRM embeds criteria in NumPy, crm/numpy_encoder.py), Dagster for the warehouse resource (the ad
+    hoc cache is a plain WarehouseFile) and, for --explain, the reading's references computed anew in every process
+    (kept in the ad hoc folder)."""
     import os
     import subprocess
     import sys
 
     code = ("import sys; from usl_assets.cli import main;"
             "code = main(['leaderboard', '--pool', 'alpaca_eval', '--bootstrap-rounds', '20', '--criteria', "
-            "'Keep it under fifty words, thanks.', '--format', 'csv']);"
-            "print('torch' in sys.modules, 'transformers' in sys.modules, code, file=sys.stderr)")
-    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "USL_HOME": str(linear_home)},
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert done.stderr.strip().splitlines()[-1] == "False False 0", done.stderr
-    assert len(pd.read_csv(io.StringIO(done.stdout))) == len(ALPACA_MODELS)
+            "'Keep it under fifty words, thanks.', '--format', 'csv', '--explain']);"
+            "print(*(m in sys.modules for m in ('torch', 'transformers', 'dagster')), code, file=sys.stderr)")
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "USL_HOME": str(linear_home)},
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.strip().splitlines()[-1] == "False False False 0", done.stderr
+        assert "how the CRM reads the criteria (" in done.stderr
+        assert len(pd.read_csv(io.StringIO(done.stdout))) == len(ALPACA_MODELS)
+        assert len(list((linear_home / "adhoc").glob("reading_reference_*.json"))) == 1

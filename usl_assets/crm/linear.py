@@ -36,7 +36,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from scipy import sparse
-from scipy.optimize import Bounds, minimize
 
 from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES, degeneration_matrix, feature_matrix
 from usl_assets.crm.gaming_pairs import LABEL_KIND as GAMING_LABEL
@@ -339,6 +338,8 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
         return loss, grad
 
     import time
+
+    from scipy.optimize import Bounds, minimize  # training only: scoring needs no optimizer
 
     def safety_net(_theta):
         if deadline is not None and time.perf_counter() > deadline:

@@ -26,9 +26,13 @@ one property in opposite directions partly cancel out in the set (a set is embed
 criteria). Other architectures get a reading that says it is not available.
 """
 
+import hashlib
+import json
+import os
 import threading
 import weakref
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -172,32 +176,74 @@ def _robust(values: np.ndarray, axis=0) -> tuple[np.ndarray, np.ndarray]:
     return center, ROBUST_SD * np.median(np.abs(values - center), axis=axis)
 
 
-def reference_scale(scorer) -> Reference:
-    """The checkpoint's references, computed once per scorer (embeds the unrelated sentences and phrasings)."""
+def reference_scale(scorer, cache_dir: Path | None = None) -> Reference:
+    """The checkpoint's references, computed once per scorer (embeds the unrelated sentences and phrasings);
+    with `cache_dir`, kept there as JSON across processes (the CLI), keyed by everything they are computed from."""
     with _references_lock:
         if scorer in _references:
             return _references[scorer]
-        neutral = np.asarray(scorer.encoder.embed([NEUTRAL_CRITERIA])[0], np.float64)
-        groups, kinds = property_groups(list(scorer.weights.columns))
-        unrelated = _pulls(scorer, [(text,) for text in UNRELATED_TEXTS], neutral)
-        phrasings = {(prop, d): training_phrasings(prop, d) for prop in property_rules.PROPERTIES
-                     for d in ("more", "less")}
-        keys = [key for key, texts in phrasings.items() for _ in texts]
-        phrased = _shifts(_pulls(scorer, [(t,) for texts in phrasings.values() for t in texts], neutral), groups)
-        center, noise, level = {}, {}, {}
-        for prop, values in _shifts(unrelated, groups).items():
-            mid, spread = _robust(values)
-            center[prop], noise[prop] = float(mid), float(spread)
-            more = [s for s, key in zip(phrased[prop], keys) if key == (prop, "more")]
-            less = [s for s, key in zip(phrased[prop], keys) if key == (prop, "less")]
-            if kinds[prop] == TIED and more and less:
-                level[prop] = float(max(np.median(more) - np.median(less), 0.0) / 2)
-            else:
-                level[prop] = float(np.median(np.abs(phrased[prop] - mid))) if len(keys) else 0.0
-        coef_center, coef_noise = _robust(unrelated)
-        found = Reference(neutral, groups, kinds, center, noise, level, coef_center, coef_noise)
+        path = cache_dir / f"reading_reference_{_reference_key(scorer)}.json" \
+            if cache_dir is not None and getattr(scorer, "checkpoint_id", "") else None
+        found = _load_reference(path) if path is not None and path.exists() else None
+        if found is None:
+            found = _compute_reference(scorer)
+            if path is not None:
+                _save_reference(found, path)
         _references[scorer] = found
         return found
+
+
+def _compute_reference(scorer) -> Reference:
+    neutral = np.asarray(scorer.encoder.embed([NEUTRAL_CRITERIA])[0], np.float64)
+    groups, kinds = property_groups(list(scorer.weights.columns))
+    unrelated = _pulls(scorer, [(text,) for text in UNRELATED_TEXTS], neutral)
+    phrasings = _all_training_phrasings()
+    keys = [key for key, texts in phrasings.items() for _ in texts]
+    phrased = _shifts(_pulls(scorer, [(t,) for texts in phrasings.values() for t in texts], neutral), groups)
+    center, noise, level = {}, {}, {}
+    for prop, values in _shifts(unrelated, groups).items():
+        mid, spread = _robust(values)
+        center[prop], noise[prop] = float(mid), float(spread)
+        more = [s for s, key in zip(phrased[prop], keys) if key == (prop, "more")]
+        less = [s for s, key in zip(phrased[prop], keys) if key == (prop, "less")]
+        if kinds[prop] == TIED and more and less:
+            level[prop] = float(max(np.median(more) - np.median(less), 0.0) / 2)
+        else:
+            level[prop] = float(np.median(np.abs(phrased[prop] - mid))) if len(keys) else 0.0
+    coef_center, coef_noise = _robust(unrelated)
+    return Reference(neutral, groups, kinds, center, noise, level, coef_center, coef_noise)
+
+
+def _all_training_phrasings() -> dict[tuple[str, str], list[str]]:
+    return {(prop, d): training_phrasings(prop, d) for prop in property_rules.PROPERTIES for d in ("more", "less")}
+
+
+def _reference_key(scorer) -> str:
+    """A hash of what _compute_reference reads: the checkpoint, the texts it embeds, the property groups."""
+    parts = [scorer.checkpoint_id, json.dumps(NEUTRAL_CRITERIA), *UNRELATED_TEXTS,
+             json.dumps(property_groups(list(scorer.weights.columns)), sort_keys=True),
+             json.dumps([[*key, *texts] for key, texts in _all_training_phrasings().items()])]
+    return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()[:20]
+
+
+def _save_reference(found: Reference, path: Path) -> None:
+    record = {name: value.tolist() if isinstance(value, np.ndarray) else value
+              for name, value in vars(found).items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    partial.write_text(json.dumps(record), encoding="utf-8")
+    partial.replace(path)
+
+
+def _load_reference(path: Path) -> Reference | None:
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        return Reference(np.asarray(record["neutral"], np.float64),
+                         {prop: tuple(found) for prop, found in record["groups"].items()}, record["kinds"],
+                         record["center"], record["noise"], record["level"],
+                         np.asarray(record["coef_center"], np.float64), np.asarray(record["coef_noise"], np.float64))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # unreadable: computed again and rewritten
 
 
 def thresholds(reference: Reference, prop: str) -> tuple[float, float]:
@@ -228,8 +274,9 @@ def _empty_table() -> pd.DataFrame:
     return pd.DataFrame(columns=["property", "kind", "features", "shift", "position", "arrow", "learned"])
 
 
-def read_criteria(scorer, criteria: list[str]) -> CriteriaReading:
-    """How `scorer` (a linear CRM) reads `criteria`, as a whole and one by one (module docstring)."""
+def read_criteria(scorer, criteria: list[str], cache_dir: Path | None = None) -> CriteriaReading:
+    """How `scorer` (a linear CRM) reads `criteria`, as a whole and one by one (module docstring); `cache_dir`: where
+    the checkpoint's references are kept between processes (reference_scale)."""
     lines = clean_criteria(criteria)
     if not is_readable(scorer):
         architecture = getattr(scorer, "architecture", type(scorer).__name__)
@@ -237,7 +284,7 @@ def read_criteria(scorer, criteria: list[str]) -> CriteriaReading:
                                note=f"the reading of criteria needs the linear CRM; this checkpoint is {architecture}")
     if not lines:
         return CriteriaReading(lines, _empty_table(), note="no criteria given: nothing to read")
-    ref = reference_scale(scorer)
+    ref = reference_scale(scorer, cache_dir)
     singles = list(dict.fromkeys(lines))
     pulls = _pulls(scorer, [tuple(lines), *[(line,) for line in singles]], ref.neutral)
     shifts = _shifts(pulls, ref.groups)

@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
@@ -17,9 +16,7 @@ import pandas as pd
 from usl_assets.leaderboards import ranking
 from usl_assets.leaderboards.adhoc_comparisons import pairs_from_rewards, reference_wins_from_rewards
 from usl_assets.settings import UslConfigError, usl_home
-
-if TYPE_CHECKING:
-    from usl_assets.resources import Warehouse
+from usl_assets.warehouse import WarehouseFile, published_path
 
 RANK_RULE = ("Rank: 1 + the number of models whose 95% interval lies wholly above this model's (Chatbot Arena's "
              "rule); models whose intervals overlap share a rank, marked =.")
@@ -79,9 +76,7 @@ def check_criteria_text(criteria: list[str]) -> None:
 def read_published(sql: str, params: list | None = None, path: Path | None = None) -> pd.DataFrame:
     """Query the published copy (read-only): analysts and this command never read the file Dagster writes."""
     if path is None:
-        from usl_assets.resources import Warehouse  # Dagster's resources: loaded past argument parsing
-
-        path = Warehouse().published_path()
+        path = published_path(usl_home() / "warehouse.duckdb")
     if not path.exists():
         raise UslConfigError(f"no published warehouse at {path}: materialize the leaderboards first (usl run)")
     with duckdb.connect(str(path), read_only=True) as conn:
@@ -126,19 +121,18 @@ ADHOC_CACHE = ("adhoc", "scores.duckdb")
 COPIED_TABLES = ("responses.responses", "responses.prompt_sample")
 
 
-def adhoc_cache(published: Path | None = None) -> "Warehouse":
+def adhoc_cache(published: Path | None = None) -> WarehouseFile:
     """A DuckDB file of the CLI's own ($USL_HOME/adhoc/scores.duckdb) for ad hoc scoring: the responses it scores,
     copied from the published copy when that changes, with the response rows scoring cached there
     (scoring.response_embeddings: a new criterion then costs one criteria embedding and a matrix product, not a
     pass over every answer), its ad hoc profiles and their reward cache. The file Dagster writes is never opened,
     so this works while a materialization runs."""
-    from usl_assets.resources import Warehouse
     from usl_assets.scoring.cache import EMBEDDINGS, EMBEDDINGS_TABLE, ensure_tables
 
-    published = published or Warehouse().published_path()
+    published = published or published_path(usl_home() / "warehouse.duckdb")
     if not published.exists():
         raise UslConfigError(f"no published warehouse at {published}: materialize the leaderboards first (usl run)")
-    cache = Warehouse(path=str(usl_home().joinpath(*ADHOC_CACHE)))
+    cache = WarehouseFile(usl_home().joinpath(*ADHOC_CACHE))
     version = f"{published.stat().st_mtime_ns}:{published.stat().st_size}"
     ensure_tables(cache, (EMBEDDINGS,))
     with cache.connect() as conn:
@@ -391,7 +385,7 @@ def explain_criteria(criteria: list[str]) -> str:
     from usl_assets.crm.reading import read_criteria, render_reading
     from usl_assets.scoring.score import load_scorer
 
-    return render_reading(read_criteria(load_scorer(usl_home()), criteria))
+    return render_reading(read_criteria(load_scorer(usl_home()), criteria, usl_home() / ADHOC_CACHE[0]))
 
 
 def about(args: argparse.Namespace, board: Leaderboard) -> dict:

@@ -15,7 +15,6 @@ import numpy as np
 import pandas as pd
 
 from usl_assets.crm.interface import RewardScorer
-from usl_assets.resources import Warehouse
 from usl_assets.responses.pools import content_hash
 from usl_assets.scoring.cache import Log, ScoringStats, rewards_for
 from usl_assets.scoring.profiles import PROFILE_COLUMNS, PROFILES_TABLE, adhoc_profile_name, criteria_problem, \
@@ -192,7 +191,7 @@ def record_adhoc_profile(writer: Writer, criteria: Sequence[str]) -> dict:
 
 
 def score_adhoc_profile(
-    warehouse: Warehouse,
+    warehouse,
     usl_home_root: Path,
     pool: str,
     criteria: list[str],
@@ -202,7 +201,8 @@ def score_adhoc_profile(
     checkpoint: str = "",
 ) -> pd.DataFrame:
     """Rewards of the pool's responses under the user's own criteria: DataFrame[pool, prompt_id, model, scenario,
-    reward]. Scores only what the cache lacks for these criteria under the default checkpoint."""
+    reward]. Scores only what the cache lacks for these criteria under the default checkpoint. `warehouse`: where
+    the responses and the cache are (anything with `connect()` and `transaction()`: a Warehouse, a WarehouseFile)."""
     problem = criteria_problem(criteria)
     if problem:
         raise UslConfigError(f"bad --criteria: {problem}")
