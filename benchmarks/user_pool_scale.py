@@ -142,7 +142,7 @@ def rank_all(pool: str, models: int) -> None:
     import dagster as dg
 
     from usl_assets.definitions import defs
-    from usl_assets.launch import execute_in_location
+    from usl_assets.launch import console_log_config, execute_in_location
     from usl_assets.responses.commands import rebuild_leaderboards
 
     with dg.DagsterInstance.get() as instance:
@@ -150,7 +150,8 @@ def rank_all(pool: str, models: int) -> None:
         rebuild_leaderboards(instance, pool, tags={"usl/benchmark": f"{pool}: {models} models"})
         after_models = time.perf_counter() - started
         started = time.perf_counter()
-        result = execute_in_location(defs.resolve_job_def("leaderboards_job"), instance)
+        result = execute_in_location(defs.resolve_job_def("leaderboards_job"), instance,
+                                     run_config=console_log_config(False))
         if not result.success:
             raise SystemExit(f"leaderboards_job failed: run {result.run_id}")
         nightly = time.perf_counter() - started
@@ -190,7 +191,9 @@ def main(argv=None) -> int:
             prompts = Path(scratch) / f"{pool}.jsonl"
             write_prompts(prompts, n, rng)
             started = time.perf_counter()
-            assert usl(["add-pool", pool, "--prompts", str(prompts)]) == 0
+            # --one-run stages the files without `usl add-model`, which would make the first model the reference
+            reference = ["--reference-model", "model-0"] if args.one_run else []
+            assert usl(["add-pool", pool, "--prompts", str(prompts), *reference]) == 0
             print(f"{pool}: add-pool {time.perf_counter() - started:.1f} s for {n:,} prompts")
             if args.one_run:
                 one_run(home, pool, prompts, args.one_run, rng, args.answer_chars)

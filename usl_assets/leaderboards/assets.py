@@ -116,17 +116,22 @@ def ranking_setup(warehouse: Warehouse, config: RankingConfig):
 def bradley_terry_ratings(context: dg.AssetExecutionContext, config: RankingConfig,
                           warehouse: Warehouse) -> dg.MaterializeResult:
     unranked, settings = ranking_setup(warehouse, config)
-    pairs = ranking.only_ranked(warehouse.read_table("leaderboard.pairwise_comparisons"), unranked,
-                                "model_a", "model_b")
-    started = time.perf_counter()
-    context.log.info(f"fitting Bradley–Terry on {len(pairs):,} model pairs")
-
-    def progress(done: int, total: int, pairs_done: int) -> None:
+    # One pool × profile slice in memory at a time: the whole table is prompts × model pairs × profiles (30 models
+    # on 10,000 prompts alone: 30 million rows). Each slice's fit is seeded by its own key, so the result is the same.
+    slices = warehouse.query("SELECT DISTINCT pool, profile FROM leaderboard.pairwise_comparisons "
+                             "ORDER BY pool, profile")
+    started, pairs_done, parts = time.perf_counter(), 0, []
+    context.log.info(f"fitting Bradley–Terry on {len(slices)} pool × profile slices")
+    for done, (pool, profile) in enumerate(slices.itertuples(index=False), start=1):
+        pairs = ranking.only_ranked(warehouse.query(
+            "SELECT * FROM leaderboard.pairwise_comparisons WHERE pool = ? AND profile = ?", [pool, profile]),
+            unranked, "model_a", "model_b")
+        parts.append(ranking.bradley_terry_table(pairs, settings))
+        pairs_done += len(pairs)
         elapsed = time.perf_counter() - started
-        context.log.info(f"fitted {done}/{total} pool × profile slices, every topic ({elapsed:.1f} s, "
+        context.log.info(f"fitted {done}/{len(slices)} pool × profile slices, every topic ({elapsed:.1f} s, "
                          f"{pairs_done / elapsed:,.0f} model pairs/s)")
-
-    table = ranking.bradley_terry_table(pairs, settings, progress=progress)
+    table = pd.concat(parts, ignore_index=True) if parts else ranking.empty_rankings()
     warehouse.replace_table("leaderboard.bradley_terry", table, "Bradley–Terry ratings with 95% intervals")
     models = table[table["scenario"] == "all"].groupby("pool")["model"].nunique()
     return dg.MaterializeResult(metadata={

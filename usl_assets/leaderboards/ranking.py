@@ -208,24 +208,21 @@ def score_method(method: str, rows: pd.DataFrame, settings: BootstrapSettings, r
     raise ValueError(f"unknown method {method!r}: one of {', '.join(METHODS)}")
 
 
-def bradley_terry_table(pairs: pd.DataFrame, settings: BootstrapSettings, progress=None) -> pd.DataFrame:
+def bradley_terry_table(pairs: pd.DataFrame, settings: BootstrapSettings) -> pd.DataFrame:
     """leaderboard.bradley_terry: the Bradley–Terry rows of leaderboard.rankings, every pool × profile × topic.
 
-    pairs: pool, profile, prompt_id, scenario, scenario_group, model_a, model_b, a_score. `progress(done, total,
-    pairs_done)` after each pool × profile, if given. Each slice's bootstrap is seeded by its own key (pool,
-    profile, topic). The per-model methods are leaderboards/incremental.py's."""
-    parts, pairs_done = [], 0
+    pairs: pool, profile, prompt_id, scenario, scenario_group, model_a, model_b, a_score. Each slice's bootstrap is
+    seeded by its own key (pool, profile, topic), so slices may be fitted apart (the asset reads one pool × profile
+    at a time). The per-model methods are leaderboards/incremental.py's."""
+    parts = []
     slices = sorted(set(map(tuple, pairs[["pool", "profile"]].drop_duplicates().to_numpy())))
-    for done, (pool, profile) in enumerate(slices, start=1):
+    for pool, profile in slices:
         pair_rows = pairs[(pairs["pool"] == pool) & (pairs["profile"] == profile)]
-        pairs_done += len(pair_rows)
         for level, topic, rows in topics(pair_rows):
             rng = slice_rng(settings, pool, profile, "bradley_terry", level, topic)
             scores = bradley_terry_scores(rows, settings, rng)
             parts.append(with_ranks(scores).assign(pool=pool, profile=profile, level=level, scenario=topic,
                                                    method="bradley_terry"))
-        if progress:
-            progress(done, len(slices), pairs_done)
     if not parts:
         return empty_rankings()
     return pd.concat(parts, ignore_index=True)[RANKING_COLUMNS]
