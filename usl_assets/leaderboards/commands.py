@@ -73,10 +73,15 @@ def check_criteria_text(criteria: list[str]) -> None:
             raise UslConfigError(f"bad --criteria: {shown!r} is not UTF-8 text") from None
 
 
+def default_published() -> Path:
+    """$USL_HOME's published copy, where Warehouse().published_path() points, without loading Dagster."""
+    return published_path(usl_home() / "warehouse.duckdb")
+
+
 def read_published(sql: str, params: list | None = None, path: Path | None = None) -> pd.DataFrame:
     """Query the published copy (read-only): analysts and this command never read the file Dagster writes."""
     if path is None:
-        path = published_path(usl_home() / "warehouse.duckdb")
+        path = default_published()
     if not path.exists():
         raise UslConfigError(f"no published warehouse at {path}: materialize the leaderboards first (usl run)")
     with duckdb.connect(str(path), read_only=True) as conn:
@@ -129,7 +134,7 @@ def adhoc_cache(published: Path | None = None) -> WarehouseFile:
     so this works while a materialization runs."""
     from usl_assets.scoring.cache import EMBEDDINGS, EMBEDDINGS_TABLE, ensure_tables
 
-    published = published or published_path(usl_home() / "warehouse.duckdb")
+    published = published or default_published()
     if not published.exists():
         raise UslConfigError(f"no published warehouse at {published}: materialize the leaderboards first (usl run)")
     cache = WarehouseFile(usl_home().joinpath(*ADHOC_CACHE))
