@@ -15,7 +15,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from usl_assets.crm import linear_crm, properties
+import yaml
+
+from usl_assets.crm import criteria_prototypes, linear_crm, properties
 from usl_assets.crm.backbones import resolve_backbone
 
 FRESH = {
@@ -46,6 +48,15 @@ FRESH = {
 }
 
 
+# Wordings written by someone who had not seen how USL reads criteria (a helper told not to open the repository),
+# from the properties' one-line definitions: 6 per direction, in 6 styles. `outside`, 2026-12-05, was read by the
+# author of crm/criteria_vocabulary.py before writing it; `blind` was written after it and not read before its
+# first measure here.
+OUTSIDE = {name: Path(__file__).with_name(f"criteria_wordings_{name}.yaml") for name in os.environ.get("USL_OUTSIDE_SETS", "outside,blind").split(",")
+           if Path(__file__).with_name(f"criteria_wordings_{name}.yaml").exists()}
+MIN_READING = 0.5  # of criteria_prototypes.SCALE's 4: a weaker strongest reading is read as nothing
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--home", default=os.environ.get("USL_HOME", ".usl"))
@@ -57,18 +68,27 @@ def main() -> None:
             for name, prop in properties.PROPERTIES.items() for direction in ("more", "less")
             for family, texts in prop.family_phrasings(direction).items() for text in texts]
     rows += [("fresh", direction, text) for direction, text in FRESH.items()]
-    readings = bank.read_lines([text for *_, text in rows], encoder.embed_lines)
+    for name, path in OUTSIDE.items():
+        wordings = yaml.safe_load(path.read_text(encoding="utf-8"))
+        rows += [(name, direction, text) for direction, texts in wordings.items() for text in texts]
     table = pd.DataFrame(rows, columns=["family", "direction", "text"])
-    table["read_as"] = [bank.directions[int(np.argmax(r))] for r in readings]
-    table["right"] = table["read_as"] == table["direction"]
-    table["kind"] = np.where(table["family"] == "fresh", "fresh (never used to design)",
-                             np.where(table["family"].isin(properties.HELDOUT_FAMILIES), "held-out families",
-                                      "train families"))
-    print(table.groupby("kind")["right"].agg(["mean", "size"]).round(3).to_string())
-    print(table.groupby("family")["right"].mean().round(3).to_string())
-    wrong = table[(table["family"] == "fresh") & ~table["right"]]
-    print("fresh wordings read wrong:\n" + (wrong[["direction", "read_as", "text"]].to_string(index=False)
-                                             if len(wrong) else "none"))
+    for reader, vocabulary in (("bank", False), ("bank+words", True)):
+        criteria_prototypes.VOCABULARY = vocabulary
+        readings = bank.read_lines(list(table["text"]), encoder.embed_lines)
+        table[f"read_as_{reader}"] = [bank.directions[int(np.argmax(r))] if r.max() >= MIN_READING else "nothing"
+                                      for r in readings]
+        table[reader] = table[f"read_as_{reader}"] == table["direction"]
+    table["kind"] = np.select([table["family"] == "fresh", table["family"].isin(list(OUTSIDE)),
+                               table["family"].isin(properties.HELDOUT_FAMILIES)],
+                              ["fresh (never used to design)", "outside (see OUTSIDE)", "held-out families"],
+                              "train families")
+    print("share read as the direction they mean (a reading under MIN_READING counts as nothing):")
+    print(table.groupby("kind")[["bank", "bank+words"]].agg(["mean", "size"]).round(3).to_string())
+    print(table.groupby("family")[["bank", "bank+words"]].mean().round(3).to_string())
+    wrong = table[~table["family"].isin(properties.TRAIN_FAMILIES) & ~table["bank+words"]]
+    with pd.option_context("display.max_colwidth", 90, "display.width", 250):
+        print("held-out, fresh and outside wordings bank+words reads wrong:\n"
+              + (wrong[["direction", "read_as_bank+words", "text"]].to_string(index=False) if len(wrong) else "none"))
 
 
 if __name__ == "__main__":

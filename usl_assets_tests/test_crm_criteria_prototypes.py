@@ -75,13 +75,19 @@ def test_a_user_s_wish_is_read_with_emphasis_and_the_training_rows_criteria_at_t
     scoring.bank = criteria_prototypes.PrototypeBank.load(tmp_path)
     assert scoring.bank.calibrated == calibrated
     dim = 384
-    training = encoder.embed([(wish,), (rubric,), (rubric, wish)])[:, dim:]  # the bank as training reads it
+    fitting = copy.copy(encoder)  # the bank as the fit reads it (linear_crm.train_linear): no emphasis yet
+    fitting.bank = dataclasses.replace(encoder.bank, calibrated=calibrated, emphasized=False)
+    training = fitting.embed([(wish,), (rubric,), (rubric, wish)])[:, dim:]
     read = scoring.embed([(wish,), (rubric,), (rubric, wish)])[:, dim:]
     assert training[0].max() > 1.0  # "Be brief." reads as length:less
     assert np.allclose(read[0], criteria_prototypes.EMPHASIS * training[0])
     assert np.allclose(read[1], training[1])
     assert np.allclose(read[2], (training[1] + criteria_prototypes.EMPHASIS * training[0]) / 2)  # the lines' mean
     assert np.allclose(scoring.embed([(wish,)])[:, :dim], encoder.embed([(wish,)])[:, :dim])  # the embedding as is
+    # the rubric line "…complete." is read by its nearest phrasings, never by the word "complete" (length:more)
+    by_words = encoder.embed([(rubric,)])[0, dim:]
+    assert by_words[encoder.bank.directions.index("length:more")] == criteria_prototypes.SCALE
+    assert training[1][encoder.bank.directions.index("length:more")] < criteria_prototypes.SCALE / 2
 
 
 @pytest.mark.parametrize("line, sides", [
@@ -127,3 +133,12 @@ def test_a_line_is_read_by_its_clauses_and_what_it_dislikes(line, parts):
 def test_a_dislike_or_a_wish_after_the_user_s_situation_reads_as_what_it_means(encoder, text, direction):
     found = dict(zip(encoder.bank.directions, encoder.bank.read_lines([text], encoder.embed_lines)[0]))
     assert max(found, key=found.get) == direction
+
+
+def test_a_wish_is_read_by_the_property_words_it_names_and_its_wish_clause_over_the_user_s_situation(encoder):
+    line = "My manager never reads code in emails, so please explain it in plain words, without any code at all."
+    reading = encoder.bank.read_lines([line], encoder.embed_lines)[0]
+    assert encoder.bank.directions[int(reading.argmax())] == "code:less"
+    assert reading.max() == criteria_prototypes.SCALE
+    unnamed = encoder.bank.read_lines(["Explain it to me like I'm five."], encoder.embed_lines)[0]
+    assert unnamed.max() < criteria_prototypes.SCALE  # no property word: the nearest phrasings' soft reading

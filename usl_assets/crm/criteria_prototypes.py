@@ -24,6 +24,11 @@ where a pair's property difference is large; a leaderboard needs it to move the 
 the quality terms differ as much as the property does, and the fitted strength moved the judge's held-out models'
 leaderboards under new wordings too little (docs/crm.md, run 22).
 
+A wish that names a property's words ("no bullet points", "bold the key terms", "skip the preamble") is read by
+them first (crm/criteria_vocabulary.py: which property, which way, negations and limits), at full strength; the
+bank reads what names none, and the scenario rubrics' lines (`calibrated`) always, so the default leaderboards
+keep their reading. In a long line the clauses worded as a wish outvote the user's situation (`_wish`).
+
 The bank's embeddings are stored with the checkpoint (`criteria_prototypes.safetensors` + `.json`), so scoring never
 re-embeds it and a checkpoint keeps the bank it was trained with.
 """
@@ -34,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from usl_assets.crm import criteria_vocabulary
 
 TOP_K = 3
 SCALE = 4.0  # the reading's size beside the unit-norm embedding: the gate's L2 penalty makes it cheaper to use
@@ -85,7 +92,9 @@ PROFILE_READING = "mean"
 # How much more strongly than the fit a line outside `calibrated` is read: chosen on the dev pool's new_criteria
 # wordings (the AI judge's models outside both response pools; docs/crm.md run 22).
 EMPHASIS = 6.0
-SETTINGS = {"emphasis": EMPHASIS, "contrast": CONTRAST, "long_line_words": LONG_LINE_WORDS, "clauses": "first_person", "dislike": True,
+# Whether a wish that names a property's words is read by them (crm/criteria_vocabulary.py) before the bank.
+VOCABULARY = True
+SETTINGS = {"emphasis": EMPHASIS, "vocabulary": VOCABULARY and criteria_vocabulary.VERSION, "contrast": CONTRAST, "long_line_words": LONG_LINE_WORDS, "clauses": "first_person", "dislike": True,
             "top_k": TOP_K, "scale": SCALE, "profile_reading": PROFILE_READING, "negation_penalty": NEGATION_PENALTY,
             "temperature": TEMPERATURE,
             "match_center": MATCH_CENTER, "match_width": MATCH_WIDTH}
@@ -195,25 +204,54 @@ class PrototypeBank:
     def directions(self) -> list[str]:
         return list(dict.fromkeys(self.labels))
 
+    emphasized: bool = True  # False while the fit embeds its rows: every line at the fitted strength
+
     def strengths(self, lines: list[str]) -> np.ndarray:
         """Per line, how strongly its reading counts: 1 for a calibrated line, EMPHASIS for any other."""
-        if self.calibrated is None:
+        if self.calibrated is None or not self.emphasized:
             return np.ones(len(lines))
         return np.array([1.0 if line in self.calibrated else EMPHASIS for line in lines])
 
     def read_lines(self, lines: list[str], embed) -> np.ndarray:
         """Per criterion line, its reading: per direction, the strongest of its parts' (`sides`); an unwanted part
-        counts for the opposite direction. embed: texts -> {text: L2-normalized vector}."""
+        counts for the opposite direction. A wish (a line outside `calibrated`) is read by the property words it
+        names (crm/criteria_vocabulary.py) where it names any, by its nearest training phrasings where it names
+        none; a calibrated line (a scenario rubric's) always by its nearest phrasings. embed: texts ->
+        {text: L2-normalized vector}."""
         parts = {line: sides(line) for line in lines}
         vectors = embed(list(dict.fromkeys(text for line in lines for text, _ in parts[line])))
         flipped = [self.directions.index(_opposite(direction)) for direction in self.directions]
         rows = []
         for line in lines:
-            readings = [self.read(vectors[text][None, :], [text])[0] if wanted
-                        else self.read(vectors[text][None, :], [text], polarity=False)[0][flipped]
-                        for text, wanted in parts[line]]
-            rows.append(np.max(readings, axis=0))
+            by_words = VOCABULARY and (self.calibrated is None or line not in self.calibrated)
+            named = [self._named(text, wanted, flipped) if by_words else None for text, wanted in parts[line]]
+            if any(reading is not None for reading in named):
+                rows.append(self._wish(parts[line], named))
+                continue
+            rows.append(np.max([self.read(vectors[text][None, :], [text])[0] if wanted
+                                else self.read(vectors[text][None, :], [text], polarity=False)[0][flipped]
+                                for text, wanted in parts[line]], axis=0))
         return np.stack(rows)
+
+    def _named(self, text: str, wanted: bool, flipped: list[int]) -> np.ndarray | None:
+        """The reading of the property words a part names (crm/criteria_vocabulary.py), None where it names none."""
+        reading = np.zeros(len(self.directions))
+        for direction, share in criteria_vocabulary.read(text).items():
+            if direction in self.directions:
+                reading[self.directions.index(direction)] = SCALE * share
+        if not reading.any():
+            return None
+        return reading if wanted else reading[flipped]
+
+    @staticmethod
+    def _wish(parts: list[tuple[str, bool]], named: list[np.ndarray | None]) -> np.ndarray:
+        """A line's reading from its parts' word readings: of the parts that name a property, those worded as a wish
+        (criteria_vocabulary.WISH: "please …", "I'd rather …", an imperative) where there are any, so the user's
+        situation ("I don't have time to read code, so please include a snippet") does not outvote the wish."""
+        found = [(reading, criteria_vocabulary.is_wish(text)) for (text, _), reading in zip(parts, named)
+                 if reading is not None]
+        wishes = [reading for reading, wish in found if wish] or [reading for reading, _ in found]
+        return np.max(wishes, axis=0)
 
     def read(self, line_vectors: np.ndarray, lines: list[str], polarity: bool = True) -> np.ndarray:
         """Per criterion line (its text and L2-normalized embedding): a weight per property direction

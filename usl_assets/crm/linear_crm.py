@@ -126,6 +126,9 @@ def train_linear(pairs: pd.DataFrame, backbone: Backbone, train_config, folder: 
     `graded_answers`: crm.graded_answers rows, for the graded-answers feature (none: the feature is left out)."""
     started = time.perf_counter()
     encoder = CriteriaEncoder(backbone, train_config.max_length // 2).with_training_bank()
+    # saved with the bank: scoring emphasizes every other line; the fit reads them all at its own strength, the
+    # wishes (property rows) by their words where they name a property, as scoring does
+    encoder.bank.calibrated, encoder.bank.emphasized = calibrated_lines(pairs), False
     profiles = {criteria_key(c): tuple(criteria_lines(c)) for c in pairs["criteria"]}
     lines = {line for profile in profiles.values() for line in profile}
     log(f"linear CRM: {len(profiles):,} criteria profiles of {len(lines):,} distinct criteria, embedded with the "
@@ -146,7 +149,7 @@ def train_linear(pairs: pd.DataFrame, backbone: Backbone, train_config, folder: 
                                       source_weights=config.source_weights, supported_view=False)
     twin = linear.fit_linear(pairs, vectors, twin_config, criteria_key, log=log, deadline=deadline,
                              reading_directions=encoder.bank.directions)
-    encoder.bank.calibrated = calibrated_lines(pairs)  # saved with the bank: scoring emphasizes every other line
+    encoder.bank.emphasized = True
     encoder.bank.save(folder)
     (folder / LENGTH_ONLY_DIR).mkdir(exist_ok=True)
     twin.weights.save(folder / LENGTH_ONLY_DIR, {**extra, "config": linear.config_dict(twin_config)})

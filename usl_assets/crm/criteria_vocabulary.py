@@ -1,0 +1,179 @@
+"""Reading a criterion by the words that name a measurable property: the first reader of a user's wish, before the
+prototype bank (crm/criteria_prototypes.py).
+
+The bank reads a line by the training phrasings its sentence embedding is closest to, and a wording unlike all of
+them lands on the wrong property or on none: 78% of the held-out families' phrasings and 63% of fresh wordings
+were read as what they mean (`benchmarks/criteria_reading.py`, docs/crm.md run 22). Most wishes name their
+property with a handful of words ("bullet", "bold", "snippet", "statistics", "step by step", "preamble", "brief");
+what the embedding misses is which one and which way. TERMS lists, per property, the words that name it and the
+direction each carries by itself ("brief": length less; "bullet": structure more; "preamble": direct_answer less);
+a negation before it in the same clause ("no", "don't", "without", "avoid", "skip", …) turns it around once.
+The contrast, dislike and clause rules of the bank (`criteria_prototypes.sides`) come first, so "prose rather
+than bullet points" reads the bullets as unwanted.
+
+The terms were written from the properties' definitions (crm/properties.py RULES) and checked on the train
+families' phrasings; how they read wordings nobody tuned them on is what `benchmarks/criteria_reading.py` reports.
+"""
+
+import re
+
+VERSION = 1  # in the checkpoint id (criteria_prototypes.SETTINGS): a changed vocabulary retrains
+
+# (property, direction of the term alone, pattern). Order matters where patterns overlap: a span matched by an
+# earlier term is not matched again, so "short sentences" is sentence_length, not length, and "short paragraphs"
+# is paragraphs.
+_NUMBER = r"(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|twelve|fifteen|twenty|fifty|a hundred|a few|a couple of)"
+_AT_MOST = r"(?:under|below|at most|no more than|not more than|fewer than|less than|max(?:imum)?(?: of)?|up to|within|only)"
+_AT_LEAST = r"(?:at least|over|more than|min(?:imum)?(?: of)?)"
+TERMS: list[tuple[str, str, str]] = [
+    # sentence_length before length: a limit or adjective on sentences is about sentences
+    ("sentence_length", "more", rf"\b{_AT_LEAST}\s+{_NUMBER}\s+words\s+(?:a|per|each|in each)\s+sentence|"
+                                rf"\bsentences?\s+(?:\w+\s+){{0,2}}?(?:{_AT_LEAST}|longer than)\s+{_NUMBER}\s+words|"
+                                rf"\bsentences?\s+of\s+{_NUMBER}\s+words\s+or\s+(?:more|longer)"),
+    ("sentence_length", "less", rf"\b(?:every|each|all|the|your|my)?\s*sentences?\s+(?:{_AT_MOST}|shorter than)\s+{_NUMBER}\s+words|"
+                                rf"\bsentences?\s+of\s+{_NUMBER}\s+words\s+or\s+(?:fewer|less|shorter)|"
+                                rf"\b{_NUMBER}(?:\s+to\s+{_NUMBER})?\s+words\s+(?:a|per|each)\b"),
+    ("sentence_length", "more", r"\b(?:sophisticated|complex|varied|rich|elaborate)\s+(?:sentence structure|syntax)\b"),
+    ("sentence_length", "less", r"\b(?:plain|simple)\s+syntax\b"),
+    ("sentence_length", "less", r"\b(?:short|shorter|simple|simpler|plain|brief|clipped|choppy|staccato|punchy|crisp)"
+                                r"(?:,?\s+\w+){0,2}?\s+sentences?\b"),
+    ("sentence_length", "more", r"\b(?:long|longer|complex|rich|flowing|winding|elaborate|multi-clause|compound|"
+                                r"intricate|lengthy)(?:,?\s+\w+){0,2}?\s+sentences?\b|\bsubordinate clauses\b|"
+                                r"\bclauses\b|\brun-?on\b|\bsentences?\s+(?:that|which)\s+(?:run|flow)\b"),
+    ("sentence_length", "less", r"\bone idea (?:each|per sentence)\b"),
+    # code before paragraphs and structure ("one code block" is neither)
+    ("code", "more", r"\b(?:code|programming|program)\s+(?:listings?|examples?|samples?)\b|\bcode\b|\bcoding\b|\bsnippets?\b|\bscripts?\b|\bprogramming\b|\bsource\b|"
+                     r"\bpseudo-?code\b|\bcommands?\b"),
+    # paragraphs before length and structure: counted paragraphs; bare "paragraphs" are prose (structure less)
+    ("paragraphs", "less", r"\b(?:one|single|1|a single|unbroken|solid)\s+(?:\w+\s+){0,2}?(?:paragraph|block|chunk)\b|"
+                           r"\bwithout (?:any )?(?:line|paragraph) breaks\b|\bno (?:line|paragraph) breaks\b|"
+                           r"\bwalls? of text\b"),
+    ("paragraphs", "more", r"\b(?:short|small|brief|separate|distinct|many|multiple|several|more|new|its own|their own)\s+paragraphs?\b|"
+                           rf"\b(?:{_AT_LEAST}\s+)?{_NUMBER}\s+(?:separate\s+|short\s+)?paragraphs\b|\bbetween paragraphs\b|"
+                           r"\b(?:line|paragraph) breaks?\b|\bblank lines?\b|\bwhite ?space\b|"
+                           r"\bbreathing room\b|\bspaced out\b|\bbreak (?:it|them|things) up\b"),
+    ("structure", "more", r"\bbullet(?:s|ed)?\b|\bbullet[- ]points?\b|\blists?\b|\blisted\b|"
+                          r"\bheadings?\b|\bheaders?\b|\bsubheadings?\b|\bsections?\b|\boutlines?\b|\btables?\b|"
+                          r"\bstructured?\b|\borgani[sz]ed?\b|\bskim(?:mable|mable)?\b|\bscannable\b|\bitemi[sz]ed?\b"),
+    ("structure", "less", r"\b(?:full|complete) sentences\b|\bprose\b|\bflowing\b|\brunning text\b|\bnarrative\b|\bunstructured\b|"
+                          r"\bparagraphs\b|\bcontinuous text\b"),
+    ("numbers", "more", r"\bnumbers?\b(?! of)|\bnumeric(?:al)?\b|\bfigures?\b|\bstatistic(?:s|al)?\b|\bstats\b|\bdata\b|"
+                        r"\bnumeric(?:al)? (?:details?|data|values|facts)\b|\bpercent(?:ages?)?\b|\bdigits?\b|\bquantif(?:y|ied|ies)\b|\bquantit(?:ies|y|ative)\b|"
+                        r"\bmetrics?\b|\bamounts?\b|\bfigures\b|\bdollar\b|\bmeasurements?\b"),
+    ("numbers", "less", r"\bqualitative(?:ly)?\b|\bin general terms\b|\bnumber-free\b"),
+    ("direct_answer", "more", r"\banswer (?:first|up ?front|right away|immediately)\b|\blead with\b|"
+                              r"\b(?:straight|right|directly) (?:in)?to the (?:answer|point)\b|\bfirst (?:line|sentence)\b|"
+                              r"\bbottom line\b|\bopens? (?:immediately |directly )?with the answer\b|"
+                              r"\bstart with the answer\b|\bopening sentence\b|\bjump straight\b|\bstraight into\b"),
+    ("direct_answer", "less", r"\b(?:(?:lengthy|long)\s+)?(?:preambles?|intro(?:duction|ductory)?s?)\b|\bwarm[- ]?ups?\b|\blead[- ]in\b|"
+                              r"\bopening lines?\b|\backnowledg(?:e|es|ement|ing)\b|\bease into\b|"
+                              r"\bpleasantr(?:y|ies)\b|\bgreat question\b|\bgreetings?\b|\bset(?:s|ting)? the (?:context|scene|stage)\b"),
+    ("questions", "more", r"\bclarif(?:y|ying|ication)\b|\bfollow[- ]?up questions?\b|(?<!\bmy )(?<!\bthe )(?<!\byour )(?<!\bgreat )\bquestions?\b(?! like)|"
+                          r"\bask(?:s|ing)?\s+(?:me|the user|them|back|first)\b|\bcheck(?:s|ing)? (?:in )?with me\b|"
+                          r"\bquiz(?:zed|zing)?\b|\bback[- ]and[- ]forth\b|\binterview(?:ing)?\b"),
+    ("emphasis", "more", r"\bbold(?:ed|ing|face)?\b|\bemphasi[sz](?:e|ed|es|ing|is)\b|\bhighlight(?:s|ed|ing)?\b|"
+                         r"\basterisks\b|\bheavy type\b|\bstand out\b|\bstrong type\b"),
+    ("emphasis", "less", r"\bplain(?:,)? (?:text|type|formatting)\b|\bunemphasi[sz]ed\b|\bunformatted\b|"
+                         r"\bunadorned\b|\bordinary text\b|\bno formatting\b"),
+    ("examples", "more", r"\bexamples?\b|\bfor instance\b|\bfor example\b|\be\.g\.|\billustrat(?:e|es|ed|ing|ion|"
+                         r"ions|ive)\b|\binstances?\b|\bconcrete (?:cases?|scenarios?)\b|\bcase stud(?:y|ies)\b|"
+                         r"\bin practice\b|\banalog(?:y|ies)\b|\bsamples?\b|\bshow me how it looks\b"),
+    ("examples", "less", r"\babstract\b|\bthe (?:general )?rule is enough\b"),
+    ("steps", "more", r"\bstep[- ]by[- ]step\b|\bsteps?\b|\bwalk-?through\b|\bwalk (?:me|us|the reader|them) through\b|"
+                      r"\bprocedures?\b|\bprocedural\b|\bsequen(?:ce|tial|tially)\b|\bhow[- ]to\b|\binstructions\b|"
+                      r"\bfirst,? (?:then|next)\b|\bin order\b|\bone (?:stage|step|thing) at a time\b|"
+                      r"\bhold my hand\b|\brecipe\b|\bstages\b|\bphases\b"),
+    ("steps", "less", r"\bthe gist\b|\bbig picture\b|\bgeneral idea\b|\boverall idea\b|\bhigh[- ]level\b"),
+    ("formality", "more", r"\bformal(?:ly)?\b|\bprofessional(?:ly)?\b|\bpolished\b|\bbusiness(?:like)?\b|"
+                          r"\bofficial\b|\bacademic\b|\bstiff\b|\bcorporate\b|\brespectful\b|\bproper\b|"
+                          r"\bdignified\b|\bserious tone\b|\bsuit[- ]and[- ]tie\b"),
+    ("formality", "less", r"\binformal(?:ly)?\b|\bcasual(?:ly)?\b|\bconversational\b|\brelaxed\b|\blaid[- ]back\b|"
+                          r"\bchatty\b|\bbuddy\b|\bpal\b|\bmate\b|\bslang\b|\bcolloquial\b|\blike a friend\b|"
+                          r"\bloose\b|\bchill\b|\bemojis?\b"),
+    ("length", "less", rf"\b(?:{_AT_MOST})\s+{_NUMBER}\s+(?:words|sentences|lines|paragraphs|bullet points|points)\b|"
+                       rf"\b{_NUMBER}\s+(?:words|sentences|lines)\s+(?:max(?:imum)?|or (?:less|fewer)|tops)\b|"
+                       r"\bone-?line(?:rs?)?\b|"
+                       r"\bbrie(?:f|fly|fer)\b|\bbrevity\b|\bshort(?:er)?\b|\bconcise(?:ly|ness)?\b|\bsuccinct(?:ly)?\b|"
+                       r"\bterse\b|\bto the point\b|\btl;?dr\b|\bone-?liners?\b|\bcompact\b|\bsummar(?:y|ies|ize|ise)\b|"
+                       r"\bquick (?:answers?|repl(?:y|ies)|version|read)\b|\bfew (?:lines|words|sentences)\b|\bskimpy\b|\bminimal\b|\blean\b|\bcrisp\b"),
+    ("length", "more", rf"\b(?:{_AT_LEAST})\s+{_NUMBER}\s+(?:words|sentences|paragraphs)\b|"
+                       rf"\b{_NUMBER}\s+(?:words|sentences|paragraphs)\s+or more\b|"
+                       r"\bdetail(?:s|ed)?\b|\bthorough(?:ly|ness)?\b|\bcomprehensive(?:ly)?\b|\bin[- ]depth\b|"
+                       r"\bexhaustive(?:ly)?\b|\bextensive(?:ly)?\b|\belaborat(?:e|ed|ion)\b|\blong(?:er)?\b|"
+                       r"\blengthy\b|\bfull(?:y)?\b|\bcomplete(?:ly)?\b|\bcover (?:everything|it all|every)\b|"
+                       r"\bleave nothing out\b|\bdeep(?:er|ly)?\b|\bdepth\b|\bat length\b|\bramble|\brambling\b|"
+                       r"\bwordy\b|\bverbose\b|\bfiller\b|\bfluff\b|\bpadding\b|\bwaffl(?:e|ing)\b|\bflesh(?:ed)? out\b"),
+]
+_COMPILED = [(name, direction, re.compile(pattern, re.IGNORECASE)) for name, direction, pattern in TERMS]
+# A negation turns the next term of its clause around: "no bullets", "without code", "don't be brief", "skip the
+# examples", "avoid jargon-heavy lists", "zero questions", "keep numbers out".
+_NEGATOR = re.compile(
+    r"\b(?:no|not|never|without|avoid(?:s|ing)?|skip(?:s|ping)?|stop|drop|ditch|spare me|nothing|none|zero|"
+    r"less|fewer|minimi[sz]e|lose|cut out|get rid of|free of|instead of|rather than|enough with|nix|"
+    r"hold the|leave out|keep out|lack(?:s|ing)?|skimp(?:ing)? on)\b|n't\b|\bdont\b", re.IGNORECASE)
+# A limit is no negation ("no more than 50 words"); a zero count is one wherever it stands ("0 headings", "bold 0
+# times", "at zero").
+_LIMIT = re.compile(r"\b(?:no|not)\s+(?:more|less|fewer|longer|shorter)\s+than\b|\bno (?:longer|shorter)\b",
+                    re.IGNORECASE)
+_ZERO = re.compile(r"\b(?:0|zero)\b", re.IGNORECASE)
+_FREE = re.compile(r"\s*-?\s*free\b", re.IGNORECASE)  # "example-free", "jargon free"
+_QUOTED_STOP = re.compile(r"[!?.,;:](?=[\"'\u201d\u2019])")  # "Don't start with 'Sure!' or ..." keeps one clause
+_CLAUSE_BREAK = re.compile(r"[,;:.!?()\u2014\u2013]|\s-\s|\bbut\b|\band then\b|\binstead\b", re.IGNORECASE)
+_FLIP = {"more": "less", "less": "more"}
+
+
+# A clause worded as a wish rather than as the user's situation: a request, a preference, a rule, an imperative.
+WISH = re.compile(
+    r"\bplease\b|\bI(?:'d| would)?\s+(?:really\s+|much\s+)?(?:like|prefer|want|need|rather|enjoy|appreciate|love|value)\b|"
+    r"\bI'd\b|\b(?:should|must|has to|have to|needs? to|ought to)\b|\bgive me\b|\blet me\b|"
+    r"^\s*(?:just\s+|always\s+|then\s+)?(?:keep|make|use|include|show|write|give|skip|avoid|stick|stay|put|start|open|"
+    r"lead|tell|explain|describe|ask|answer|add|limit|break|split|bold|highlight|leave|drop|get|go|cut|cover|"
+    r"focus|state|list|number|format|spell|walk|offer|provide|stop|do|don't|never|no)\b",
+    re.IGNORECASE)
+
+
+def is_wish(text: str) -> bool:
+    return bool(WISH.search(text))
+
+
+def _mentions(text: str) -> list[tuple[int, int, str, str]]:
+    """(start, end, property, direction of the term alone) of each term, first-listed pattern winning overlaps."""
+    taken: list[tuple[int, int]] = []
+    found = []
+    for name, direction, pattern in _COMPILED:
+        for match in pattern.finditer(text):
+            start, end = match.span()
+            if end == start or any(start < e and s < end for s, e in taken):
+                continue
+            taken.append((start, end))
+            found.append((start, end, name, direction))
+    return sorted(found)
+
+
+def _negated_at(text: str, start: int, end: int) -> bool:
+    """An odd number of negations in the term's clause: those before it, a zero count anywhere in the clause, a
+    "-free" right after it."""
+    clause_start, clause_end = 0, len(text)
+    for match in _CLAUSE_BREAK.finditer(text):
+        if match.end() <= start:
+            clause_start = match.end()
+        elif match.start() >= end:
+            clause_end = match.start()
+            break
+    before = _LIMIT.sub(" ", text[clause_start:start])
+    count = len(_NEGATOR.findall(_ZERO.sub(" ", before)))
+    count += bool(_ZERO.search(text[clause_start:clause_end])) + bool(_FREE.match(text, end))
+    return count % 2 == 1
+
+
+def read(text: str) -> dict[str, float]:
+    """Per "property:direction" the text names, its share of the reading (summing to 1); {} when it names none.
+    A property named both ways (a limit and its reason) counts the direction named more often, none on a tie."""
+    votes: dict[str, dict[str, int]] = {}
+    text = _QUOTED_STOP.sub(" ", text)
+    for start, end, name, direction in _mentions(text):
+        way = _FLIP[direction] if _negated_at(text, start, end) else direction
+        votes.setdefault(name, {"more": 0, "less": 0})[way] += 1
+    chosen = {f"{name}:{'more' if v['more'] > v['less'] else 'less'}": 1.0
+              for name, v in votes.items() if v["more"] != v["less"]}
+    return {label: 1.0 / len(chosen) for label in chosen}

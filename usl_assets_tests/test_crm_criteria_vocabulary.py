@@ -1,0 +1,40 @@
+"""The property words a wish names (crm/criteria_vocabulary.py): which property, which way, negations, limits, and
+the wish clause of a long line over the user's situation."""
+
+import pytest
+
+from usl_assets.crm import criteria_vocabulary
+
+
+@pytest.mark.parametrize("text, reading", [
+    ("Use bullet points and headings.", {"structure:more": 1.0}),
+    ("No bullet points.", {"structure:less": 1.0}),
+    ("Don't be brief.", {"length:more": 1.0}),  # a negation turns the term around once
+    ("Avoid answers that lack concrete data.", {"numbers:more": 1.0}),  # twice: back
+    ("Answer in no more than 50 words.", {"length:less": 1.0}),  # a limit is no negation
+    ("Keep every sentence under 15 words.", {"sentence_length:less": 1.0}),  # a limit on sentences
+    ("Use 0 headings.", {"structure:less": 1.0}),  # a zero count
+    ("Use bold 0 times.", {"emphasis:less": 1.0}),  # wherever it stands in the clause
+    ("The ideal reply is general and example-free.", {"examples:less": 1.0}),
+    ("Include at least one code block.", {"code:more": 1.0}),  # a code block is not one paragraph
+    ("No preamble like 'Great question!' please.", {"direct_answer:more": 1.0}),  # quoted, no clause break
+    ("Start by acknowledging my question.", {"direct_answer:less": 1.0}),  # "my question" is not a question
+    ("Short answers with bullet points.", {"length:less": 0.5, "structure:more": 0.5}),
+    ("Explain it to me like I'm five.", {}),  # names no property
+])
+def test_the_words_a_wish_names_are_read_as_their_property_and_direction(text, reading):
+    assert criteria_vocabulary.read(text) == reading
+
+
+def test_a_property_named_both_ways_as_often_is_read_as_neither():
+    assert criteria_vocabulary.read("Short, but also long.") == {}
+
+
+@pytest.mark.parametrize("text, wish", [
+    ("please include a snippet I can drop into my project", True),
+    ("keep every sentence short and simple", True),
+    ("I'd rather have one well-knit paragraph", True),
+    ("I'm debugging this at work and don't have time to translate explanations into code", False),
+])
+def test_a_wish_is_told_from_the_user_s_situation(text, wish):
+    assert criteria_vocabulary.is_wish(text) is wish
