@@ -27,7 +27,8 @@ leaderboards under new wordings too little (docs/crm.md, run 22).
 A wish that names a property's words ("no bullet points", "bold the key terms", "skip the preamble") is read by
 them first (crm/criteria_vocabulary.py: which property, which way, negations and limits), at full strength; the
 bank reads what names none, and the scenario rubrics' lines (`calibrated`) always, so the default leaderboards
-keep their reading. In a long line the clauses worded as a wish outvote the user's situation (`_wish`).
+keep their reading. In a long line the clauses worded as a wish are read without the user's situation
+(`_without_situation`).
 
 The bank's embeddings are stored with the checkpoint (`criteria_prototypes.safetensors` + `.json`), so scoring never
 re-embeds it and a checkpoint keeps the bank it was trained with.
@@ -176,6 +177,15 @@ def disliked(line: str) -> str | None:
     return rest if rest else None
 
 
+def _without_situation(parts: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
+    """A wish's parts without the user's situation: where some wanted part is worded as a wish
+    (criteria_vocabulary.WISH: "please …", "I'd rather …", an imperative), the wanted parts that are not ("I'm
+    debugging this at work and don't have time to read code, so please include a snippet"); unwanted parts stay."""
+    if not any(wanted and criteria_vocabulary.is_wish(text) for text, wanted in parts):
+        return parts
+    return [(text, wanted) for text, wanted in parts if not wanted or criteria_vocabulary.is_wish(text)]
+
+
 def sides(line: str) -> list[tuple[str, bool]]:
     """The parts a line is read by: (text, wanted). A contrast gives its wanted and unwanted sides, a dislike its
     unwanted object, a long line each clause's."""
@@ -224,13 +234,14 @@ class PrototypeBank:
         rows = []
         for line in lines:
             by_words = VOCABULARY and (self.calibrated is None or line not in self.calibrated)
-            named = [self._named(text, wanted, flipped) if by_words else None for text, wanted in parts[line]]
+            kept = _without_situation(parts[line]) if by_words else parts[line]
+            named = [self._named(text, wanted, flipped) for text, wanted in kept] if by_words else []
             if any(reading is not None for reading in named):
-                rows.append(self._wish(parts[line], named))
+                rows.append(np.max([reading for reading in named if reading is not None], axis=0))
                 continue
             rows.append(np.max([self.read(vectors[text][None, :], [text])[0] if wanted
                                 else self.read(vectors[text][None, :], [text], polarity=False)[0][flipped]
-                                for text, wanted in parts[line]], axis=0))
+                                for text, wanted in kept], axis=0))
         return np.stack(rows)
 
     def _named(self, text: str, wanted: bool, flipped: list[int]) -> np.ndarray | None:
@@ -242,16 +253,6 @@ class PrototypeBank:
         if not reading.any():
             return None
         return reading if wanted else reading[flipped]
-
-    @staticmethod
-    def _wish(parts: list[tuple[str, bool]], named: list[np.ndarray | None]) -> np.ndarray:
-        """A line's reading from its parts' word readings: of the parts that name a property, those worded as a wish
-        (criteria_vocabulary.WISH: "please …", "I'd rather …", an imperative) where there are any, so the user's
-        situation ("I don't have time to read code, so please include a snippet") does not outvote the wish."""
-        found = [(reading, criteria_vocabulary.is_wish(text)) for (text, _), reading in zip(parts, named)
-                 if reading is not None]
-        wishes = [reading for reading, wish in found if wish] or [reading for reading, _ in found]
-        return np.max(wishes, axis=0)
 
     def read(self, line_vectors: np.ndarray, lines: list[str], polarity: bool = True) -> np.ndarray:
         """Per criterion line (its text and L2-normalized embedding): a weight per property direction

@@ -17,7 +17,11 @@ families' phrasings; how they read wordings nobody tuned them on is what `benchm
 
 import re
 
-VERSION = 1  # in the checkpoint id (criteria_prototypes.SETTINGS): a changed vocabulary retrains
+import hashlib
+from pathlib import Path
+
+# In the checkpoint id (criteria_prototypes.SETTINGS): any change of this file's rules retrains.
+VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
 
 # (property, direction of the term alone, pattern). Order matters where patterns overlap: a span matched by an
 # earlier term is not matched again, so "short sentences" is sentence_length, not length, and "short paragraphs"
@@ -33,7 +37,9 @@ TERMS: list[tuple[str, str, str]] = [
     ("sentence_length", "less", rf"\b(?:every|each|all|the|your|my)?\s*sentences?\s+(?:{_AT_MOST}|shorter than)\s+{_NUMBER}\s+words|"
                                 rf"\bsentences?\s+of\s+{_NUMBER}\s+words\s+or\s+(?:fewer|less|shorter)|"
                                 rf"\b{_NUMBER}(?:\s+to\s+{_NUMBER})?\s+words\s+(?:a|per|each)\b"),
-    ("sentence_length", "more", r"\b(?:sophisticated|complex|varied|rich|elaborate)\s+(?:sentence structure|syntax)\b"),
+    ("sentence_length", "more", r"\b(?:sophisticated|complex|varied|rich|elaborate)\s+(?:sentence structure|syntax)\b|"
+                                r"\bsentences?\s+(?:\w+\s+){0,3}?(?:long|longer|complex|rich|flowing|winding|elaborate)\b"),
+    ("sentence_length", "less", r"\bsentences?\s+(?:\w+\s+){0,3}?(?:short|shorter|simple|simpler|brief|clipped|crisp)\b"),
     ("sentence_length", "less", r"\b(?:plain|simple)\s+syntax\b"),
     ("sentence_length", "less", r"\b(?:short|shorter|simple|simpler|plain|brief|clipped|choppy|staccato|punchy|crisp)"
                                 r"(?:,?\s+\w+){0,2}?\s+sentences?\b"),
@@ -52,9 +58,9 @@ TERMS: list[tuple[str, str, str]] = [
                            rf"\b(?:{_AT_LEAST}\s+)?{_NUMBER}\s+(?:separate\s+|short\s+)?paragraphs\b|\bbetween paragraphs\b|"
                            r"\b(?:line|paragraph) breaks?\b|\bblank lines?\b|\bwhite ?space\b|"
                            r"\bbreathing room\b|\bspaced out\b|\bbreak (?:it|them|things) up\b"),
-    ("structure", "more", r"\bbullet(?:s|ed)?\b|\bbullet[- ]points?\b|\blists?\b|\blisted\b|"
+    ("structure", "more", r"\bbullet(?:s|ed)?\b|\bbullet[- ]points?\b|\blists?\b|"
                           r"\bheadings?\b|\bheaders?\b|\bsubheadings?\b|\bsections?\b|\boutlines?\b|\btables?\b|"
-                          r"\bstructured?\b|\borgani[sz]ed?\b|\bskim(?:mable|mable)?\b|\bscannable\b|\bitemi[sz]ed?\b"),
+                          r"\bstructured?\b|\borgani[sz]ed?\b|\bskimm?able\b|\bscannable\b|\bitemi[sz]ed?\b"),
     ("structure", "less", r"\b(?:full|complete) sentences\b|\bprose\b|\bflowing\b|\brunning text\b|\bnarrative\b|\bunstructured\b|"
                           r"\bparagraphs\b|\bcontinuous text\b"),
     ("numbers", "more", r"\bnumbers?\b(?! of)|\bnumeric(?:al)?\b|\bfigures?\b|\bstatistic(?:s|al)?\b|\bstats\b|\bdata\b|"
@@ -64,7 +70,7 @@ TERMS: list[tuple[str, str, str]] = [
     ("direct_answer", "more", r"\banswer (?:first|up ?front|right away|immediately)\b|\blead with\b|"
                               r"\b(?:straight|right|directly) (?:in)?to the (?:answer|point)\b|\bfirst (?:line|sentence)\b|"
                               r"\bbottom line\b|\bopens? (?:immediately |directly )?with the answer\b|"
-                              r"\bstart with the answer\b|\bopening sentence\b|\bjump straight\b|\bstraight into\b"),
+                              r"\bstart with the answer\b|\bopen(?:s|ing)? with the (?:point|conclusion|result|answer)\b|\bopening sentence\b|\bjump straight\b|\bstraight into\b"),
     ("direct_answer", "less", r"\b(?:(?:lengthy|long)\s+)?(?:preambles?|intro(?:duction|ductory)?s?)\b|\bwarm[- ]?ups?\b|\blead[- ]in\b|"
                               r"\bopening lines?\b|\backnowledg(?:e|es|ement|ing)\b|\bease into\b|"
                               r"\bpleasantr(?:y|ies)\b|\bgreat question\b|\bgreetings?\b|\bset(?:s|ting)? the (?:context|scene|stage)\b"),
@@ -84,7 +90,7 @@ TERMS: list[tuple[str, str, str]] = [
                       r"\bfirst,? (?:then|next)\b|\bin order\b|\bone (?:stage|step|thing) at a time\b|"
                       r"\bhold my hand\b|\brecipe\b|\bstages\b|\bphases\b"),
     ("steps", "less", r"\bthe gist\b|\bbig picture\b|\bgeneral idea\b|\boverall idea\b|\bhigh[- ]level\b"),
-    ("formality", "more", r"\bformal(?:ly)?\b|\bprofessional(?:ly)?\b|\bpolished\b|\bbusiness(?:like)?\b|"
+    ("formality", "more", r"\bformal(?:ly)?\b|\bprofessional(?:ly)?\b|\bpolished\b|\bbusinesslike\b|"
                           r"\bofficial\b|\bacademic\b|\bstiff\b|\bcorporate\b|\brespectful\b|\bproper\b|"
                           r"\bdignified\b|\bserious tone\b|\bsuit[- ]and[- ]tie\b"),
     ("formality", "less", r"\binformal(?:ly)?\b|\bcasual(?:ly)?\b|\bconversational\b|\brelaxed\b|\blaid[- ]back\b|"
@@ -120,12 +126,20 @@ _FREE = re.compile(r"\s*-?\s*free\b", re.IGNORECASE)  # "example-free", "jargon 
 _QUOTED_STOP = re.compile(r"[!?.,;:](?=[\"'\u201d\u2019])")  # "Don't start with 'Sure!' or ..." keeps one clause
 _CLAUSE_BREAK = re.compile(r"[,;:.!?()\u2014\u2013]|\s-\s|\bbut\b|\band then\b|\binstead\b", re.IGNORECASE)
 _FLIP = {"more": "less", "less": "more"}
+# An evaluation that says the user dislikes what the clause names ("lists turn into a mess", "numbers distract me",
+# "casual language feels unprofessional"): it turns the clause's terms around once, like a negation.
+_DISLIKED = re.compile(
+    r"\b(?:mess(?:y)?|curt|cold|abrupt|tiring|tedious|annoying|annoy(?:s|ed)?|distract(?:s|ing|ed)?|confus(?:e|es|ing|ed)|"
+    r"overwhelm(?:s|ing|ed)?|exhausting|boring|bores? me|glaze over|tune out|shout(?:s|ing|ed)?|robotic|brutal|"
+    r"unprofessional|clutter(?:s|ed)?|noisy|hard to|hate|dislike|can't stand|drives? me|waste|painful|irritat\w*|"
+    r"off-putting|pointless|useless|too many|too much|overkill|unnecessary|unneeded)\b", re.IGNORECASE)
 
 
 # A clause worded as a wish rather than as the user's situation: a request, a preference, a rule, an imperative.
 WISH = re.compile(
-    r"\bplease\b|\bI(?:'d| would)?\s+(?:really\s+|much\s+)?(?:like|prefer|want|need|rather|enjoy|appreciate|love|value)\b|"
-    r"\bI'd\b|\b(?:should|must|has to|have to|needs? to|ought to)\b|\bgive me\b|\blet me\b|"
+    r"\bplease\b|\b(?:should|must|has to|have to|needs? to|ought to)\b|"
+    r"^\W*(?:\w+\W+){0,2}?(?:I(?:'d| would)?\s+(?:really\s+|much\s+)?(?:like|prefer|want|need|rather|enjoy|"
+    r"appreciate|love|value)\b|I'd\b|give me\b|let me\b)|"
     r"^\s*(?:just\s+|always\s+|then\s+)?(?:keep|make|use|include|show|write|give|skip|avoid|stick|stay|put|start|open|"
     r"lead|tell|explain|describe|ask|answer|add|limit|break|split|bold|highlight|leave|drop|get|go|cut|cover|"
     r"focus|state|list|number|format|spell|walk|offer|provide|stop|do|don't|never|no)\b",
@@ -162,18 +176,20 @@ def _negated_at(text: str, start: int, end: int) -> bool:
             break
     before = _LIMIT.sub(" ", text[clause_start:start])
     count = len(_NEGATOR.findall(_ZERO.sub(" ", before)))
-    count += bool(_ZERO.search(text[clause_start:clause_end])) + bool(_FREE.match(text, end))
-    return count % 2 == 1
+    clause = text[clause_start:clause_end]
+    count += bool(_ZERO.search(clause)) + bool(_FREE.match(text, end))
+    return count % 2 == 1 or bool(_DISLIKED.search(clause))  # "I don't want words shouting at me": one turn
 
 
 def read(text: str) -> dict[str, float]:
-    """Per "property:direction" the text names, its share of the reading (summing to 1); {} when it names none.
-    A property named both ways (a limit and its reason) counts the direction named more often, none on a tie."""
+    """Per "property:direction" the text names, its share of the reading (summing to 1, in proportion to how many
+    more times that direction is named than the other); {} when it names none. A property named both ways (a limit
+    and its reason) counts the direction named more often, none on a tie."""
     votes: dict[str, dict[str, int]] = {}
     text = _QUOTED_STOP.sub(" ", text)
     for start, end, name, direction in _mentions(text):
         way = _FLIP[direction] if _negated_at(text, start, end) else direction
         votes.setdefault(name, {"more": 0, "less": 0})[way] += 1
-    chosen = {f"{name}:{'more' if v['more'] > v['less'] else 'less'}": 1.0
+    chosen = {f"{name}:{'more' if v['more'] > v['less'] else 'less'}": abs(v["more"] - v["less"])
               for name, v in votes.items() if v["more"] != v["less"]}
-    return {label: 1.0 / len(chosen) for label in chosen}
+    return {label: count / sum(chosen.values()) for label, count in chosen.items()}
