@@ -1,4 +1,4 @@
-"""How the linear CRM's criteria prototypes read wordings: the share of phrasings whose strongest reading is the
+"""How the linear CRM reads criteria wordings (the prototype bank alone, and with the property words first): the share of phrasings whose strongest reading is the
 property direction they mean, per family of crm/property_phrasings.yaml (train families, whose phrasings are in the
 bank, and held-out ones), and on FRESH: one wording per direction written after the reading's rules were designed
 (clauses, dislikes), never used to design or tune anything.
@@ -17,7 +17,7 @@ import pandas as pd
 
 import yaml
 
-from usl_assets.crm import criteria_prototypes, linear_crm, properties
+from usl_assets.crm import criteria_prototypes, criteria_vocabulary, linear_crm, properties
 from usl_assets.crm.backbones import resolve_backbone
 
 FRESH = {
@@ -85,6 +85,11 @@ def main() -> None:
     print("share read as the direction they mean (a reading under MIN_READING counts as nothing):")
     print(table.groupby("kind")[["bank", "bank+words"]].agg(["mean", "size"]).round(3).to_string())
     print(table.groupby("family")[["bank", "bank+words"]].mean().round(3).to_string())
+    named = [criteria_vocabulary.read(text) for text in table["text"]]
+    table["words_alone"] = ["none" if not reading else "right" if reading.get(direction, 0) == max(reading.values())
+                            else "other" for reading, direction in zip(named, table["direction"])]
+    print("the words alone (crm/criteria_vocabulary.read of the whole line; 'none': the bank reads it):")
+    print(table.groupby(["kind", "words_alone"]).size().unstack(fill_value=0).to_string())
     wrong = table[~table["family"].isin(properties.TRAIN_FAMILIES) & ~table["bank+words"]]
     with pd.option_context("display.max_colwidth", 90, "display.width", 250):
         print("held-out, fresh and outside wordings bank+words reads wrong:\n"

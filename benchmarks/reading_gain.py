@@ -12,6 +12,7 @@ criteria_prototypes.EMPHASIS, which a checkpoint from run 22 on already applies 
   (what leaderboard.criteria_fidelity measures at gain 1).
 
     USL_DATA_DIR=../shared/data .venv/bin/python benchmarks/reading_gain.py [--home .usl] [--gains 1,2,3,4]
+        [--pools-only] [--oracle]
 
 Needs a `make run` warehouse (published copy) and its linear checkpoint; a few minutes on 2 cores.
 """
@@ -25,7 +26,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from usl_assets.crm import properties
+from usl_assets.crm import criteria_prototypes, properties
 from usl_assets.crm.checkpoints import default_checkpoint
 from usl_assets.crm.checkpoints import load_scorer
 from usl_assets.crm.splits import PairsConfig
@@ -43,8 +44,10 @@ def dev_answers(home: Path, pool_models: set[str]) -> pd.DataFrame:
 
 
 def fidelity(scorer, answers: pd.DataFrame, reference: str, phrasings: list[tuple[str, str, str]], gains: list[float],
-             temperature: float) -> pd.DataFrame:
-    """(gain, property, direction, spearman) per phrasing (property, direction, text) and gain."""
+             temperature: float, oracle: bool = False) -> pd.DataFrame:
+    """(gain, property, direction, spearman) per phrasing (property, direction, text) and gain. oracle: each
+    phrasing's reading replaced by the direction it means at full strength (SCALE × EMPHASIS): what a perfect
+    reader of the words would reach with this checkpoint's gate."""
     weights = scorer.weights
     rows = scorer.embed_responses(list(answers["prompt"]), list(answers["response"]))
     scaled = (rows[:, 1:][:, weights.columns].astype(float) - weights.feature_mean) / weights.feature_std
@@ -52,7 +55,13 @@ def fidelity(scorer, answers: pd.DataFrame, reference: str, phrasings: list[tupl
         .groupby(answers["model"]).mean()
     texts = [text for *_, text in phrasings]
     criteria = np.asarray(scorer.embed_criteria([(text,) for text in texts]), np.float64)
-    first = criteria.shape[1] - len(scorer.encoder.bank.directions)  # the reading's columns come last
+    directions = scorer.encoder.bank.directions
+    first = criteria.shape[1] - len(directions)  # the reading's columns come last
+    if oracle:
+        criteria[:, first:] = 0.0
+        for row, (name, direction, _) in enumerate(phrasings):
+            criteria[row, first + directions.index(f"{name}:{direction}")] = \
+                criteria_prototypes.SCALE * criteria_prototypes.EMPHASIS
     found = []
     for gain in gains:
         rewards = []
@@ -76,6 +85,9 @@ def main() -> None:
     parser.add_argument("--home", default=os.environ.get("USL_HOME", ".usl"))
     parser.add_argument("--gains", default="1,1.5,2,3,4")
     parser.add_argument("--phrasings", default="new_criteria", choices=["train", "new_criteria"])
+    parser.add_argument("--pools-only", action="store_true", help="skip the dev pool")
+    parser.add_argument("--oracle", action="store_true",
+                        help="also the pools' fidelity with each phrasing read as the direction it means")
     args = parser.parse_args()
     home, started = Path(args.home), time.perf_counter()
     gains = [float(g) for g in args.gains.split(",")]
@@ -89,15 +101,25 @@ def main() -> None:
         ranked = {pool: con.execute(SAMPLED_ANSWERS, [pool]).df() for pool, _ in pools}
         standing = con.execute("SELECT pool, model FROM leaderboard.rankings WHERE profile = 'default' AND "
                                "scenario = 'all' AND method = 'usl_soft'").df()
+    if not args.pools_only:
+        dev_measure(home, pool_models, scorer, args.phrasings, gains, temperature)
+    pool_measure(pools, ranked, standing, scorer, gains, temperature, args.oracle)
+    print(f"\n{time.perf_counter() - started:.0f} s")
+
+
+def dev_measure(home, pool_models, scorer, phrasings, gains, temperature) -> None:
     dev = dev_answers(home, pool_models)
     dev_phrasings = [(name, direction, text) for name, prop in properties.PROPERTIES.items()
-                     for direction in ("more", "less") for text in prop.phrasings(direction, args.phrasings)]
+                     for direction in ("more", "less") for text in prop.phrasings(direction, phrasings)]
     print(f"dev pool: {dev['model'].nunique()} judged models × {DEV_PROMPTS} prompts, reference {DEV_REFERENCE}, "
-          f"{len(dev_phrasings)} {args.phrasings} phrasings, temperature {temperature:.3f}")
+          f"{len(dev_phrasings)} {phrasings} phrasings, temperature {temperature:.3f}")
     table = fidelity(scorer, dev, DEV_REFERENCE, dev_phrasings, gains, temperature)
     print(summary(table).round(3).to_string())
     print(table.pivot_table(index=["property", "direction"], columns="gain", values="spearman",
                             aggfunc="median").round(2).to_string())
+
+
+def pool_measure(pools, ranked, standing, scorer, gains, temperature, oracle: bool) -> None:
     untrained = set(PairsConfig().heldout_properties)
     held = [(name, direction, text) for name, direction, _, text in properties.heldout_phrasings()
             if name not in untrained]
@@ -106,7 +128,10 @@ def main() -> None:
         answers = answers[answers["model"].isin(standing[standing["pool"] == pool]["model"])].reset_index(drop=True)
         print(f"\n{pool}: held-out families' phrasings of the trained properties ({len(held)}), for the record")
         print(summary(fidelity(scorer, answers, reference, held, gains, temperature)).round(3).to_string())
-    print(f"\n{time.perf_counter() - started:.0f} s")
+        if oracle:
+            print(f"{pool}: the same, each phrasing read as the direction it means (oracle reading)")
+            print(summary(fidelity(scorer, answers, reference, held, gains, temperature, oracle=True))
+                  .round(3).to_string())
 
 
 if __name__ == "__main__":

@@ -284,7 +284,8 @@ READ_WHY = """id => Array.from(document.querySelectorAll(`#${id} table tbody tr`
 
 def open_why(tab, which: str, model: str) -> str:
     """Pick `model` in the tab's "Why?" list, press Why?, and return the breakdown's text once shown."""
-    tab.wait_for_function("id => document.querySelector(`#why-model-${id} input`).value !== ''", arg=which)
+    tab.wait_for_function("id => (document.querySelector(`#why-model-${id} input`) || {value: ''}).value !== ''",
+                          arg=which)  # the list may not be rendered yet when the page first settles
     tab.locator(f"#why-model-{which} input").click()
     tab.get_by_role("option", name=model, exact=True).click()
     tab.locator(f"#why-run-{which}").click()
