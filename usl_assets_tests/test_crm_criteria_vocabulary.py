@@ -21,6 +21,8 @@ from usl_assets.crm import criteria_vocabulary
     ("Start by acknowledging my question.", {"direct_answer:less": 1.0}),  # "my question" is not a question
     ("Short answers with bullet points.", {"length:less": 0.5, "structure:more": 0.5}),
     ("Explain it to me like I'm five.", {}),  # names no property
+    ('<div class="x"><code>ipsum</code><table><tr><td>42</td></tr></table></div>', {}),  # markup is no wish
+    ("Wrap the code in <code> tags.", {"code:more": 1.0}),
 ])
 def test_the_words_a_wish_names_are_read_as_their_property_and_direction(text, reading):
     assert criteria_vocabulary.read(text) == reading

@@ -126,6 +126,9 @@ _FREE = re.compile(r"\s*-?\s*free\b", re.IGNORECASE)  # "example-free", "jargon 
 _QUOTED_STOP = re.compile(r"[!?.,;:](?=[\"'\u201d\u2019])")  # "Don't start with 'Sure!' or ..." keeps one clause
 _CLAUSE_BREAK = re.compile(r"[,;:.!?()\u2014\u2013]|\s-\s|\bbut\b|\band then\b|\binstead\b", re.IGNORECASE)
 _FLIP = {"more": "less", "less": "more"}
+# Markup is no wish: "<code>…</code><table>" names no property (the bank reads what is left, and says when that is
+# nothing).
+_MARKUP = re.compile(r"<\s*/?\s*[A-Za-z][^<>]*>|&[a-z]+;|\{[^{}]*\}")
 # An evaluation that says the user dislikes what the clause names ("lists turn into a mess", "numbers distract me",
 # "casual language feels unprofessional"): it turns the clause's terms around once, like a negation.
 _DISLIKED = re.compile(
@@ -186,7 +189,7 @@ def read(text: str) -> dict[str, float]:
     more times that direction is named than the other); {} when it names none. A property named both ways (a limit
     and its reason) counts the direction named more often, none on a tie."""
     votes: dict[str, dict[str, int]] = {}
-    text = _QUOTED_STOP.sub(" ", text)
+    text = _QUOTED_STOP.sub(" ", _MARKUP.sub(" ", text))
     for start, end, name, direction in _mentions(text):
         way = _FLIP[direction] if _negated_at(text, start, end) else direction
         votes.setdefault(name, {"more": 0, "less": 0})[way] += 1
