@@ -21,7 +21,7 @@ from usl_assets_tests.crm_data_inputs import scenario_criteria_frame, tagged_pre
 
 UP, DOWN = (reading.UP, reading.UP2), (reading.DOWN, reading.DOWN2)
 BRIEF, THOROUGH = "The user prefers brief answers.", "The user prefers thorough, detailed answers."
-MASHED = "<div><span>qwz"  # not one of reading.UNRELATED_TEXTS
+MASHED = "qwz zxv kjh"  # keyboard mashing, not one of reading.UNRELATED_TEXTS
 
 
 @pytest.fixture(scope="module")
@@ -183,6 +183,10 @@ def test_one_wording_moves_its_own_property_and_mashing_moves_nothing():
     assert nothing.warnings == [f"criterion '{MASHED}' is read as almost nothing (it moves the reward no more than "
                                 "an unrelated sentence does): the CRM cannot measure it; rephrase it"]
     assert nothing.distinctness[MASHED] < reading.NOTHING_RMS < code.distinctness["Show the code."]
+    markup = '<div class="x"><span>lorem</span><code>ipsum</code><table><tr><td>42</td></tr></table></div>'
+    assert reading.read_criteria(scorer, [markup]).warnings == [
+        f"criterion '{markup}' is mostly markup, not words, and moves no property the CRM measures: write what you "
+        "want from an answer in words"]
 
 
 def test_arrows_are_read_against_unrelated_sentences_not_the_neutral_criterion():

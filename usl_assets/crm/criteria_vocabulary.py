@@ -149,6 +149,12 @@ WISH = re.compile(
     re.IGNORECASE)
 
 
+def markup_share(text: str) -> float:
+    """The share of the text's non-space characters that are markup (tags, entities)."""
+    total = len("".join(text.split()))
+    return 1.0 - len("".join(_MARKUP.sub(" ", text).split())) / total if total else 0.0
+
+
 def is_wish(text: str) -> bool:
     return bool(WISH.search(text))
 

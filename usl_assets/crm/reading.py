@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from usl_assets.crm import criteria_vocabulary
 from usl_assets.crm import properties as property_rules
 from usl_assets.crm.linear import ROW_FEATURES
 from usl_assets.crm.interface import NEUTRAL_CRITERIA
@@ -54,6 +55,9 @@ LEARNED_Z = 1.0  # a property whose level is under this many of them is not lear
 # NOISE_Z 2.5 the warning took 65-90% of the former, none of Auto-J's, and 1-3 of the short ones ("Be funny.",
 # "Stay on topic.": nothing the CRM measures moved).
 NOTHING_RMS = 1.5
+# A criterion more than half of whose characters are markup (HTML tags, entities) is no wish, however far its odd
+# embedding lands from the unrelated sentences'.
+MAX_MARKUP_SHARE = 0.5
 MAX_PHRASINGS = 16  # per property and direction (evenly spaced over the train pool), to bound the embedding
 ROBUST_SD = 1.4826  # median absolute deviation -> standard deviation (normal data)
 # Sentences no criterion means: what "a criterion about something else" does to each property.
@@ -309,7 +313,11 @@ def read_criteria(scorer, criteria: list[str], cache_dir: Path | None = None) ->
         warnings.append("this CRM does not tell apart the 'more' and 'less' phrasings of any property: its reading "
                         "of criteria cannot be shown")
     for line in singles:
-        if distinct[line] < NOTHING_RMS and all(a in (SAME, UNKNOWN) for a in single_arrows[line].values()):
+        flat = all(a in (SAME, UNKNOWN) for a in single_arrows[line].values())
+        if flat and criteria_vocabulary.markup_share(line) > MAX_MARKUP_SHARE:
+            warnings.append(f"criterion '{line}' is mostly markup, not words, and moves no property the CRM "
+                            "measures: write what you want from an answer in words")
+        elif flat and distinct[line] < NOTHING_RMS:
             warnings.append(f"criterion '{line}' is read as almost nothing (it moves the reward no more than an "
                             "unrelated sentence does): the CRM cannot measure it; rephrase it")
     warnings += _conflicts(singles, single_arrows, ref)
