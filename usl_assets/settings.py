@@ -13,6 +13,12 @@ class UslConfigError(Exception):
     """A setting or argument is wrong; the message is one line a user can act on."""
 
 
+class StaleCheckpoint(UslConfigError, ValueError):
+    """A checkpoint this code reads differently from how it was trained (another feature layout, other criteria
+    reading settings): it must be retrained (`usl run`), never scored as it is."""
+
+
+
 class SlotWaitTimeout(Exception):
     """A step waited for a pool slot longer than --wait-timeout (its message is the one line to print;
     slot_wait.py raises it)."""

@@ -355,3 +355,18 @@ def test_a_new_criterion_with_the_linear_crm_loads_no_torch_and_no_dagster(linea
         assert "how the CRM reads the criteria (" in done.stderr
         assert len(pd.read_csv(io.StringIO(done.stdout))) == len(ALPACA_MODELS)
         assert len(list((linear_home / "adhoc").glob("reading_reference_*.json"))) == 1
+
+
+def test_a_checkpoint_the_code_reads_differently_is_one_clear_line(linear_home, tmp_path, monkeypatch, capsys):
+    """A CRM trained under other criteria-reading rules is never scored as it is: one line says to retrain it."""
+    from usl_assets.crm import criteria_prototypes
+
+    home = tmp_path / "usl_home"
+    shutil.copytree(linear_home, home)
+    for shape_file in (home / "models").rglob(criteria_prototypes.SHAPE_FILE):
+        shape = json.loads(shape_file.read_text())
+        shape_file.write_text(json.dumps({**shape, "vocabulary": "an-older-rule-set"}))
+    monkeypatch.setenv("USL_HOME", str(home))
+    code, out, err = run(capsys, "--pool", "alpaca_eval", "--criteria", "Use bullet points.")
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "other prototype settings than this code: retrain it" in err

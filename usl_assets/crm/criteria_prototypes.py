@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from usl_assets.crm import criteria_vocabulary
+from usl_assets.settings import StaleCheckpoint
 
 TOP_K = 3
 SCALE = 4.0  # the reading's size beside the unit-norm embedding: the gate's L2 penalty makes it cheaper to use
@@ -285,6 +286,7 @@ class PrototypeBank:
 
         shape = json.loads((folder / SHAPE_FILE).read_text(encoding="utf-8"))
         if {k: shape.get(k) for k in SETTINGS} != SETTINGS:
-            raise ValueError(f"{folder} reads criteria with other prototype settings: retrain it")
+            raise StaleCheckpoint(f"{folder} reads criteria with other prototype settings than this code: retrain it "
+                                  "(`usl run`, or `make run`)")
         return cls(shape["labels"], load_file(folder / WEIGHTS_FILE)["vectors"].astype(np.float64), shape["negations"],
                    shape.get("texts"), None if shape["calibrated"] is None else frozenset(shape["calibrated"]))

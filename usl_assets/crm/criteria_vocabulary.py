@@ -15,13 +15,9 @@ The terms were written from the properties' definitions (crm/properties.py RULES
 families' phrasings; how they read wordings nobody tuned them on is what `benchmarks/criteria_reading.py` reports.
 """
 
+import hashlib
 import re
 
-import hashlib
-from pathlib import Path
-
-# In the checkpoint id (criteria_prototypes.SETTINGS): any change of this file's rules retrains.
-VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
 
 # (property, direction of the term alone, pattern). Order matters where patterns overlap: a span matched by an
 # earlier term is not matched again, so "short sentences" is sentence_length, not length, and "short paragraphs"
@@ -202,3 +198,8 @@ def read(text: str) -> dict[str, float]:
     chosen = {f"{name}:{'more' if v['more'] > v['less'] else 'less'}": abs(v["more"] - v["less"])
               for name, v in votes.items() if v["more"] != v["less"]}
     return {label: count / sum(chosen.values()) for label, count in chosen.items()}
+
+
+# In the checkpoint id (criteria_prototypes.SETTINGS): a change of any rule above retrains, nothing else does.
+VERSION = hashlib.sha256(repr([TERMS, *(pattern.pattern for pattern in (
+    _NEGATOR, _LIMIT, _ZERO, _FREE, _QUOTED_STOP, _CLAUSE_BREAK, _DISLIKED, _MARKUP, WISH))]).encode()).hexdigest()[:12]

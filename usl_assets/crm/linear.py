@@ -41,6 +41,7 @@ from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES, degene
 from usl_assets.crm.gaming_pairs import LABEL_KIND as GAMING_LABEL
 from usl_assets.crm.graded_answers import GradedAnswers
 from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, common_stems, relevance_and_views
+from usl_assets.settings import StaleCheckpoint
 
 N_BUCKETS = 2**18
 LENGTH_FEATURES = ("log_words", "log_chars")
@@ -212,7 +213,8 @@ class LinearWeights:
         shape = json.loads((folder / SHAPE_FILE).read_text(encoding="utf-8"))
         saved = shape.get("feature_names")
         if saved is not None and saved != [ROW_FEATURES[c] for c in shape["columns"]]:
-            raise ValueError(f"{folder} was trained on another feature layout ({', '.join(saved)}): retrain it")
+            raise StaleCheckpoint(f"{folder} was trained on another feature layout ({', '.join(saved)}): retrain it "
+                                  "(`usl run`, or `make run`)")
         return cls(**{k: v.astype(np.float64) for k, v in tensors.items()}, columns=shape["columns"],
                    beta=shape["beta"], graded=None, graded_folder=folder,
                    supported_view=shape.get("supported_view", False),
