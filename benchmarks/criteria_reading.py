@@ -52,9 +52,10 @@ FRESH = {
 # from the properties' one-line definitions: 6 per direction, in 6 styles. `outside`, 2026-12-05, was read by the
 # author of crm/criteria_vocabulary.py before writing it; `blind` was written by a second helper that saw neither the
 # code nor the other wordings, and was not read by that author before its first measure here, on the rules of
-# 1f2911d (bank 0.708, bank + words 0.819 of 144).
+# 1f2911d (bank 0.708, bank + words 0.819 of 144); `blind2`, a third helper's written the same way, first measured
+# on 4961023.
 OUTSIDE = {name: Path(__file__).with_name(f"criteria_wordings_{name}.yaml")
-           for name in os.environ.get("USL_OUTSIDE_SETS", "outside,blind").split(",")
+           for name in os.environ.get("USL_OUTSIDE_SETS", "outside,blind,blind2").split(",")
            if Path(__file__).with_name(f"criteria_wordings_{name}.yaml").exists()}
 MIN_READING = 0.5  # of criteria_prototypes.SCALE's 4: a weaker strongest reading is read as nothing
 
@@ -80,7 +81,8 @@ def main() -> None:
         table[f"read_as_{reader}"] = [bank.directions[int(np.argmax(r))] if r.max() >= MIN_READING else "nothing"
                                       for r in readings]
         table[reader] = table[f"read_as_{reader}"] == table["direction"]
-    table["kind"] = np.select([table["family"] == "fresh", table["family"] == "outside", table["family"] == "blind",
+    table["kind"] = np.select([table["family"] == "fresh", table["family"] == "outside",
+                               table["family"].isin(["blind", "blind2"]),
                                table["family"].isin(properties.HELDOUT_FAMILIES)],
                               ["fresh (never used to design)", "outside (read before the words were written)",
                                "blind (never read before measured)", "held-out families"], "train families")
