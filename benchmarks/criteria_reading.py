@@ -1,5 +1,5 @@
-"""How the linear CRM reads criteria wordings (the prototype bank alone, and with the property words first): the share of phrasings whose strongest reading is the
-property direction they mean, per family of crm/property_phrasings.yaml (train families, whose phrasings are in the
+"""How the linear CRM reads criteria wordings, by the prototype bank alone and with the property words first: the
+share of phrasings whose strongest reading is the property direction they mean, per family of crm/property_phrasings.yaml (train families, whose phrasings are in the
 bank, and held-out ones), and on FRESH: one wording per direction written after the reading's rules were designed
 (clauses, dislikes), never used to design or tune anything.
 
@@ -54,9 +54,10 @@ FRESH = {
 # code nor the other wordings, and was not read by that author before its first measure here, on the rules of
 # 1f2911d (bank 0.708, bank + words 0.819 of 144); `blind2`, a third helper's written the same way, first measured
 # on 4961023.
-OUTSIDE = {name: Path(__file__).with_name(f"criteria_wordings_{name}.yaml")
-           for name in os.environ.get("USL_OUTSIDE_SETS", "outside,blind,blind2").split(",")
-           if Path(__file__).with_name(f"criteria_wordings_{name}.yaml").exists()}
+OUTSIDE = {path.stem.removeprefix("criteria_wordings_"): path
+           for path in (Path(__file__).with_name(f"criteria_wordings_{name}.yaml")
+                        for name in os.environ.get("USL_OUTSIDE_SETS", "outside,blind,blind2").split(","))
+           if path.exists()}
 MIN_READING = 0.5  # of criteria_prototypes.SCALE's 4: a weaker strongest reading is read as nothing
 
 

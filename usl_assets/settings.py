@@ -18,7 +18,6 @@ class StaleCheckpoint(UslConfigError, ValueError):
     reading settings): it must be retrained (`usl run`), never scored as it is."""
 
 
-
 class SlotWaitTimeout(Exception):
     """A step waited for a pool slot longer than --wait-timeout (its message is the one line to print;
     slot_wait.py raises it)."""

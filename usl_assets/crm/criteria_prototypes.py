@@ -182,9 +182,8 @@ def _without_situation(parts: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
     """A wish's parts without the user's situation: where some wanted part is worded as a wish
     (criteria_vocabulary.WISH: "please …", "I'd rather …", an imperative), the wanted parts that are not ("I'm
     debugging this at work and don't have time to read code, so please include a snippet"); unwanted parts stay."""
-    if not any(wanted and criteria_vocabulary.is_wish(text) for text, wanted in parts):
-        return parts
-    return [(text, wanted) for text, wanted in parts if not wanted or criteria_vocabulary.is_wish(text)]
+    kept = [(text, wanted) for text, wanted in parts if not wanted or criteria_vocabulary.is_wish(text)]
+    return kept if any(wanted for _, wanted in kept) else parts
 
 
 def sides(line: str) -> list[tuple[str, bool]]:
@@ -236,9 +235,10 @@ class PrototypeBank:
         for line in lines:
             by_words = VOCABULARY and (self.calibrated is None or line not in self.calibrated)
             kept = _without_situation(parts[line]) if by_words else parts[line]
-            named = [self._named(text, wanted, flipped) for text, wanted in kept] if by_words else []
-            if any(reading is not None for reading in named):
-                rows.append(np.max([reading for reading in named if reading is not None], axis=0))
+            named = [reading for reading in (self._named(text, wanted, flipped) for text, wanted in kept)
+                     if reading is not None] if by_words else []
+            if named:
+                rows.append(np.max(named, axis=0))
                 continue
             rows.append(np.max([self.read(vectors[text][None, :], [text])[0] if wanted
                                 else self.read(vectors[text][None, :], [text], polarity=False)[0][flipped]
