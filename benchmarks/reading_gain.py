@@ -30,7 +30,7 @@ from usl_assets.crm import criteria_prototypes, properties
 from usl_assets.crm.checkpoints import default_checkpoint
 from usl_assets.crm.checkpoints import load_scorer
 from usl_assets.crm.splits import PairsConfig
-from usl_assets.leaderboards import audits
+from usl_assets.leaderboards import fidelity as fidelity_audit
 from usl_assets.leaderboards.audit_assets import SAMPLED_ANSWERS
 
 from judging_substance import DEV_PROMPTS, DEV_REFERENCE, dev_pool
@@ -51,7 +51,7 @@ def fidelity(scorer, answers: pd.DataFrame, reference: str, phrasings: list[tupl
     weights = scorer.weights
     rows = scorer.embed_responses(list(answers["prompt"]), list(answers["response"]))
     scaled = (rows[:, 1:][:, weights.columns].astype(float) - weights.feature_mean) / weights.feature_std
-    means = audits.property_values(answers, list(properties.PROPERTIES), properties.property_value) \
+    means = fidelity_audit.property_values(answers, list(properties.PROPERTIES), properties.property_value) \
         .groupby(answers["model"]).mean()
     texts = [text for *_, text in phrasings]
     criteria = np.asarray(scorer.embed_criteria([(text,) for text in texts]), np.float64)
@@ -69,10 +69,10 @@ def fidelity(scorer, answers: pd.DataFrame, reference: str, phrasings: list[tupl
             coefficients = weights.v + weights.gate[:, :first] @ vector[:first] + gain * (
                 weights.gate[:, first:] @ vector[first:])
             rewards.append(answers[KEY].assign(profile=text, reward=rows[:, 0].astype(float) + scaled @ coefficients))
-        scores = audits.point_scores(pd.concat(rewards, ignore_index=True), reference, temperature)
+        scores = fidelity_audit.point_scores(pd.concat(rewards, ignore_index=True), reference, temperature)
         for name, direction, text in phrasings:
             sign = -1.0 if direction == "less" else 1.0
-            found.append((gain, name, direction, audits.spearman(scores.loc[text], sign * means[name])))
+            found.append((gain, name, direction, fidelity_audit.spearman(scores.loc[text], sign * means[name])))
     return pd.DataFrame(found, columns=["gain", "property", "direction", "spearman"])
 
 

@@ -145,7 +145,9 @@ SUMMARY_QUERIES = {
         "SELECT pool, trained, family, count(*) AS phrasings, round(median(spearman), 3) AS median, "
         "round(min(spearman), 3) AS min, count(*) FILTER (WHERE spearman < 0.5) AS below_0_5, "
         "round(median(length_spearman), 3) AS length_alone_median, "
-        "round(median(property_spearman), 3) AS perfect_reader_median "
+        "round(median(property_spearman), 3) AS perfect_reader_median, "
+        "round(median(decisive_spearman), 3) AS decisive_reading_median, "
+        "count(*) FILTER (WHERE decisive_spearman < 0.5) AS decisive_below_0_5 "
         "FROM leaderboard.criteria_fidelity GROUP BY ALL ORDER BY ALL",
     ),
 }

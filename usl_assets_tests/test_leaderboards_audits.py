@@ -1,6 +1,6 @@
-"""The leaderboards' audits (leaderboards/audits.py, audit_assets.py): the probes are built as crm/gaming.py says
-from the pool's own answers, a probe that beats a real model fails, criteria fidelity measures what a criterion
-ranks, and one materialize() of the leaderboards group with a real (tiny, linear) CRM over real slices writes both
+"""The leaderboards' audits (leaderboards/audits.py, fidelity.py, audit_assets.py): the probes are built as
+crm/gaming.py says from the pool's own answers, a probe that beats a real model fails, criteria fidelity measures
+what a criterion ranks, and one materialize() of the leaderboards group with a real (tiny, linear) CRM over real slices writes both
 tables for every pool without a probe reaching the leaderboard."""
 
 import shutil
@@ -19,7 +19,7 @@ from usl_assets.crm.features import response_counts
 from usl_assets.crm.checkpoints import write_default_architecture
 from usl_assets.crm.checkpoints import load_scorer
 from usl_assets.crm.train import TrainConfig, train_crm
-from usl_assets.leaderboards import audit_assets, audits, ranking
+from usl_assets.leaderboards import audit_assets, audits, fidelity, ranking
 from usl_assets.resources import DataDir, UslHome, Warehouse
 from usl_assets.responses.pools import content_hash
 from usl_assets.scoring import score
@@ -173,8 +173,8 @@ def fidelity_answers() -> pd.DataFrame:
 
 def test_criteria_fidelity_measures_whether_a_criterion_ranks_what_it_says():
     answers = fidelity_answers()
-    table = audits.fidelity_pool("p", answers, "ref", PHRASINGS, property_value, PropertyScorer(), {}, K)
-    assert list(table.columns) == audits.FIDELITY_COLUMNS and len(table) == 3
+    table = fidelity.fidelity_pool("p", answers, "ref", PHRASINGS, property_value, PropertyScorer(), {}, K)
+    assert list(table.columns) == fidelity.FIDELITY_COLUMNS and len(table) == 3
     assert (table["n_models"] == 4).all() and (table["checkpoint_id"] == "fake").all()
     assert table["spearman"].tolist() == pytest.approx([1.0, 1.0, 1.0])
     # over the prompts where the property differs between answers, the same ranking here
@@ -190,18 +190,39 @@ def test_criteria_fidelity_measures_whether_a_criterion_ranks_what_it_says():
     assert by_text.loc["Asks questions back.", "property_spearman"] == pytest.approx(0.9487, abs=1e-3)
     assert by_text.loc["Prefers long answers.", "property_spearman"] == by_text.loc["Prefers brief ones.",
                                                                                     "property_spearman"]
-    blind = audits.fidelity_pool("p", answers, "ref", PHRASINGS, property_value, PropertyScorer(blind=True), {}, K)
+    # made decisive, the property settles every comparison here (no answer ties with the reference's in it), so
+    # the rewards' magnitudes are lost and the decisive reading is the perfect reader's
+    assert table["decisive_spearman"].tolist() == pytest.approx(table["property_spearman"].tolist())
+    blind = fidelity.fidelity_pool("p", answers, "ref", PHRASINGS, property_value, PropertyScorer(blind=True), {}, K)
     assert blind["spearman"].isna().all()  # every model scores 50: no ranking, no correlation
-    passed, per_pool = audits.fidelity_verdict(table)
+    passed, per_pool = fidelity.fidelity_verdict(table)
     assert passed and per_pool["median_spearman"].item() == pytest.approx(1.0)
-    assert not audits.fidelity_verdict(blind)[0]
-    assert not audits.fidelity_verdict(table.assign(spearman=[0.9, 0.4, 0.3]))[0]
+    assert not fidelity.fidelity_verdict(blind)[0]
+    assert not fidelity.fidelity_verdict(table.assign(spearman=[0.9, 0.4, 0.3]))[0]
     # a property the CRM never trained on is reported, but the check reads the trained ones
-    untrained = audits.fidelity_pool("p", answers, "ref", PHRASINGS, property_value, PropertyScorer(), {}, K,
+    untrained = fidelity.fidelity_pool("p", answers, "ref", PHRASINGS, property_value, PropertyScorer(), {}, K,
                                      trained={"length"})
     assert untrained["trained"].tolist() == [name == "length" for name, *_ in PHRASINGS]
-    assert audits.fidelity_verdict(untrained.assign(spearman=[0.9, 0.9, -1.0]))[0]
-    assert not audits.fidelity_verdict(untrained.assign(spearman=[0.9, 0.2, 1.0]))[0]
+    assert fidelity.fidelity_verdict(untrained.assign(spearman=[0.9, 0.9, -1.0]))[0]
+    assert not fidelity.fidelity_verdict(untrained.assign(spearman=[0.9, 0.2, 1.0]))[0]
+
+
+def test_decisive_scores_let_the_property_decide_and_the_reward_break_its_ties():
+    # two prompts; "same" never differs from the reference in bold and has the better answers, "bold" has more
+    # bold than the reference on one prompt and the worse answers
+    answers = pd.DataFrame({"model": ["ref", "ref", "same", "same", "bold", "bold"],
+                            "prompt_id": ["a", "b"] * 3})
+    bold = pd.Series([0.0, 0.0, 0.0, 0.0, 2.0, 0.0])
+    rewards = np.array([0.0, 0.0, 10.0, 10.0, -10.0, -10.0])
+    more = fidelity.decisive_scores(answers, bold, rewards, "more", "ref", temperature=1.0)
+    less = fidelity.decisive_scores(answers, bold, rewards, "less", "ref", temperature=1.0)
+    tied_better, tied_worse = 1 / (1 + np.exp(-10.0)), 1 / (1 + np.exp(10.0))
+    assert more["same"] == pytest.approx(100 * tied_better) == less["same"]  # the reward decides every tie
+    assert more["bold"] == pytest.approx(100 * (1.0 + tied_worse) / 2)  # bold wins its prompt under "more"
+    assert less["bold"] == pytest.approx(100 * (0.0 + tied_worse) / 2)  # and loses it under "less"
+    assert more["ref"] == pytest.approx(50.0)
+    # so even an infinitely strong "more bold" cannot lift the bold model over the better one that ties on bold
+    assert more["bold"] < more["same"]
 
 
 def test_criteria_fidelity_uses_cached_response_rows_and_matches_the_full_crm():
@@ -210,9 +231,9 @@ def test_criteria_fidelity_uses_cached_response_rows_and_matches_the_full_crm():
     hashes = [content_hash(p, r) for p, r in zip(answers["prompt"], answers["response"])]
     cached = dict(zip(hashes[:10], scorer.embed_responses(None, answers["response"].iloc[:10].tolist())))
     scorer.embedded = 0
-    cheap = audits.fidelity_pool("p", answers, "ref", PHRASINGS, property_value, scorer, cached, K)
+    cheap = fidelity.fidelity_pool("p", answers, "ref", PHRASINGS, property_value, scorer, cached, K)
     assert scorer.embedded == len(answers) - 10  # only what scoring did not cache
-    full = audits.fidelity_pool("p", answers, "ref", PHRASINGS, property_value, PropertyScorer(), None, K)
+    full = fidelity.fidelity_pool("p", answers, "ref", PHRASINGS, property_value, PropertyScorer(), None, K)
     pd.testing.assert_frame_equal(cheap, full)
 
 
@@ -296,9 +317,9 @@ def test_the_audits_cover_every_pool_and_no_probe_reaches_the_leaderboard(audite
     below = gaming_table["expectation"] == audits.BELOW_EVERY_REAL_MODEL
     assert (gaming_table.loc[below, "passed"] == (gaming_table.loc[below, "score"]
                                                   < gaming_table.loc[below, "lowest_real_score"])).all()
-    fidelity = warehouse.read_table("leaderboard.criteria_fidelity")
-    assert list(fidelity.columns) == audit_assets.FIDELITY_TABLE_COLUMNS and set(fidelity["pool"]) == pools
-    assert fidelity["spearman"].dropna().between(-1, 1).all() and len(fidelity["spearman"].dropna())
+    measured = warehouse.read_table("leaderboard.criteria_fidelity")
+    assert list(measured.columns) == audit_assets.FIDELITY_TABLE_COLUMNS and set(measured["pool"]) == pools
+    assert measured["spearman"].dropna().between(-1, 1).all() and len(measured["spearman"].dropna())
     # probes and phrasings stay in the audit tables: never ranked, never answers, never scored into the warehouse
     for table, column in [("leaderboard.rankings", "model"), ("responses.responses", "model"),
                           ("leaderboard.response_scores", "model"), ("scoring.response_rewards", "model")]:
@@ -306,7 +327,7 @@ def test_the_audits_cover_every_pool_and_no_probe_reaches_the_leaderboard(audite
     assert {t: len(warehouse.read_table(t)) for t in before} == before
     with duckdb.connect(str(warehouse.published_path()), read_only=True) as published:
         assert published.execute("SELECT count(*) FROM leaderboard.gaming_audit").fetchone()[0] == len(gaming_table)
-        assert published.execute("SELECT count(*) FROM leaderboard.criteria_fidelity").fetchone()[0] == len(fidelity)
+        assert published.execute("SELECT count(*) FROM leaderboard.criteria_fidelity").fetchone()[0] == len(measured)
 
 
 def test_the_audit_checks_report(audited):
@@ -318,9 +339,11 @@ def test_the_audit_checks_report(audited):
     assert gaming_check.severity == dg.AssetCheckSeverity.ERROR
     assert gaming_check.metadata["failing"].value == int((~gaming_table["passed"]).sum())
     assert fidelity_check.severity == dg.AssetCheckSeverity.WARN
-    fidelity = warehouse.read_table("leaderboard.criteria_fidelity")
-    assert fidelity_check.passed == audits.fidelity_verdict(fidelity)[0]
-    assert fidelity_check.metadata["below_0_5"].value == int((fidelity["spearman"] < 0.5).sum())
+    measured = warehouse.read_table("leaderboard.criteria_fidelity")
+    assert fidelity_check.passed == fidelity.fidelity_verdict(measured)[0]
+    assert fidelity_check.metadata["below_0_5"].value == int((measured["spearman"] < 0.5).sum())
+    decisive = measured["decisive_spearman"].dropna()
+    assert decisive.between(-1, 1).all() and len(decisive)
     metadata = result.asset_materializations_for_node("criteria_fidelity")[0].metadata
     assert {"by_pool", "by_family"} <= set(metadata)
 

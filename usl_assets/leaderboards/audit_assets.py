@@ -1,5 +1,5 @@
-"""Dagster wiring of the leaderboards' audits (group `leaderboards`; logic in audits.py): `gaming_audit` (probe
-models built to fool the CRM must lose) and `criteria_fidelity` (a custom leaderboard under one criterion ranks by
+"""Dagster wiring of the leaderboards' audits (group `leaderboards`; logic in audits.py and fidelity.py):
+`gaming_audit` (probe models built to fool the CRM must lose) and `criteria_fidelity` (a custom leaderboard under one criterion ranks by
 what the criterion says). Both read the rankings and the default CRM, write one table each, and run in
 leaderboards_job and leaderboards_after_model_job, upstream of published_warehouse."""
 
@@ -13,7 +13,7 @@ from pydantic import Field
 
 from usl_assets.crm import properties
 from usl_assets.crm.assets import materialized_default_checkpoint
-from usl_assets.leaderboards import audits, ranking
+from usl_assets.leaderboards import audits, fidelity, ranking
 from usl_assets.leaderboards.sql_models import GROUP
 from usl_assets.markdown import markdown_table
 from usl_assets.resources import WAREHOUSE_POOL, UslHome, Warehouse
@@ -25,7 +25,7 @@ from usl_assets.settings import UslConfigError
 GAMING_TABLE = "leaderboard.gaming_audit"
 FIDELITY_TABLE = "leaderboard.criteria_fidelity"
 GAMING_COLUMNS = [*audits.AUDIT_COLUMNS, "inputs_hash"]
-FIDELITY_TABLE_COLUMNS = [*audits.FIDELITY_COLUMNS, "inputs_hash"]
+FIDELITY_TABLE_COLUMNS = [*fidelity.FIDELITY_COLUMNS, "inputs_hash"]
 # The pool's answers to its sampled prompts (what the scoring stage scored), read per pool.
 SAMPLED_ANSWERS = """
     SELECT r.pool, r.prompt_id, r.model, r.prompt, r.response, r.scenario, r.scenario_group, r.length_chars
@@ -33,8 +33,9 @@ SAMPLED_ANSWERS = """
     JOIN responses.prompt_sample s ON s.pool = r.pool AND s.prompt_id = r.prompt_id AND s.sampled
     WHERE r.pool = ?
     ORDER BY r.model, r.prompt_id"""
-# Part of every pool's inputs_hash: raise it when audits.py changes what a pool's rows are, so none is reused.
-AUDIT_LOGIC_VERSION = 1
+# Part of every pool's inputs_hash: raise it when audits.py or fidelity.py changes what a pool's rows are, so none
+# is reused.
+AUDIT_LOGIC_VERSION = 2
 UPSTREAM = ["rankings", "reference_models", "response_scores", "model_responses", "prompt_sample",
             "crm_default_checkpoint"]
 
@@ -222,7 +223,7 @@ def criteria_fidelity(context: dg.AssetExecutionContext, config: CriteriaFidelit
                 with warehouse.connect() as conn:
                     cached = cached_embeddings(conn, scorer.checkpoint_id, hashes)
             context.log.info(f"{pool}: {len(cached):,} of {len(hashes):,} response rows cached by scoring")
-        parts.append(audits.fidelity_pool(pool, answers.reset_index(drop=True), reference_model, phrasings,
+        parts.append(fidelity.fidelity_pool(pool, answers.reset_index(drop=True), reference_model, phrasings,
                                           properties.property_value, scorer, cached, temperature, config.batch_size,
                                           context.log.info, trained).assign(inputs_hash=fingerprint))
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=FIDELITY_TABLE_COLUMNS)
@@ -233,22 +234,24 @@ def criteria_fidelity(context: dg.AssetExecutionContext, config: CriteriaFidelit
         "checkpoint_id": dg.MetadataValue.text(scorer.checkpoint_id),
         "pools_not_measured": dg.MetadataValue.text(", ".join(unaudited) or "none"),
         "pools_reused": dg.MetadataValue.text(", ".join(previous.reused) or "none"),
-        "by_pool": md(audits.fidelity_summary(table, "pool")),
-        "by_pool_and_trained": md(audits.fidelity_summary(table, ["pool", "trained"])),
-        "by_family": md(audits.fidelity_summary(table, "family")),
-        "by_pool_and_family": md(audits.fidelity_summary(table, ["pool", "family"])),
+        "by_pool": md(fidelity.fidelity_summary(table, "pool")),
+        "by_pool_and_trained": md(fidelity.fidelity_summary(table, ["pool", "trained"])),
+        "by_family": md(fidelity.fidelity_summary(table, "family")),
+        "by_pool_and_family": md(fidelity.fidelity_summary(table, ["pool", "family"])),
     })
 
 
 @dg.asset_check(asset=criteria_fidelity, pool=WAREHOUSE_POOL,
                 description=f"per pool, the median Spearman of the held-out phrasings' custom leaderboards with the "
-                            f"property they name is at least {audits.FIDELITY_FLOOR} (warning; the metadata counts "
-                            f"phrasings below {audits.FIDELITY_LOW})")
+                            f"property they name is at least {fidelity.FIDELITY_FLOOR} (warning; the metadata counts "
+                            f"phrasings below {fidelity.FIDELITY_LOW})")
 def criteria_fidelity_median(warehouse: Warehouse) -> dg.AssetCheckResult:
     table = warehouse.read_table(FIDELITY_TABLE)
-    passed, per_pool = audits.fidelity_verdict(table)
+    passed, per_pool = fidelity.fidelity_verdict(table)
     return dg.AssetCheckResult(passed=passed, severity=dg.AssetCheckSeverity.WARN, metadata={
-        "below_0_5": dg.MetadataValue.int(int((table["spearman"] < audits.FIDELITY_LOW).sum())),
+        "below_0_5": dg.MetadataValue.int(int((table["spearman"] < fidelity.FIDELITY_LOW).sum())),
+        "below_0_5_also_when_decisive": dg.MetadataValue.int(int(
+            (table[["spearman", "decisive_spearman"]] < fidelity.FIDELITY_LOW).all(axis=1).sum())),
         "unmeasured": dg.MetadataValue.int(int(table["spearman"].isna().sum())),
         "by_pool": md(per_pool)})
 
