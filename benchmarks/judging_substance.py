@@ -29,7 +29,7 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from graded_answers import parse_variant
-from usl_assets.crm import data, gaming, graded_answers, judge_pairs, linear, linear_crm
+from usl_assets.crm import data, gaming, graded_answers, judge_pairs, linear, linear_crm, linear_rows
 from usl_assets.crm.backbones import resolve_backbone
 from usl_assets.crm.features import response_counts
 from usl_assets.leaderboards import validity
@@ -127,7 +127,7 @@ def padding_paid_by(weights, vectors_of, source: pd.DataFrame, padded: pd.DataFr
                                  for c in frame["criteria"]])
         return np.concatenate([rows[:, :1].astype(np.float64), scaled * coefficients], axis=1)
 
-    names = ["ngrams", *(linear.ROW_FEATURES[c] for c in weights.columns)]
+    names = ["ngrams", *(linear_rows.ROW_FEATURES[c] for c in weights.columns)]
     gap = (terms(padded.reset_index(drop=True)) - terms(source.reset_index(drop=True))).mean(axis=0)
     order = np.argsort(-np.abs(gap))[:top]
     return f"total {gap.sum():+.3f}: " + ", ".join(f"{names[i]} {gap[i]:+.3f}" for i in order)

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from usl_assets.crm import data, evaluate, linear
+from usl_assets.crm import data, evaluate, linear, linear_rows
 from usl_assets.crm.backbones import resolve_backbone
 from usl_assets.crm.interface import ScoreItem
 from usl_assets.crm.linear import TrainingTimeLimit
@@ -89,16 +89,16 @@ def test_the_degeneration_features_reach_the_reward(table, backbone, tmp_path):
     assert abs(rewards[0] - rewards[1]) > 1e-4
     looped = "\n".join(["1. How to make coffee"] + [f"{i}. How to make the perfect coffee" for i in range(2, 9)])
     rows = scorer.embed_responses([fresh, fresh], [looped, answer])
-    column = 1 + linear.ROW_FEATURES.index("repeated_line_share")
+    column = 1 + linear_rows.ROW_FEATURES.index("repeated_line_share")
     assert rows[0, column] == 0.75 and rows[1, column] == 0.0
-    words = 1 + linear.ROW_FEATURES.index("repeated_word_share")
+    words = 1 + linear_rows.ROW_FEATURES.index("repeated_word_share")
     assert rows[0, words] > 0.5 > rows[1, words]
-    degeneration = {linear.ROW_FEATURES.index(name) for name in linear.DEGENERATION_FEATURES}
+    degeneration = {linear_rows.ROW_FEATURES.index(name) for name in linear.DEGENERATION_FEATURES}
     assert degeneration <= set(linear.LinearConfig().feature_columns())
     assert not degeneration & set(linear.LinearConfig(degeneration=False).feature_columns())
     left_out = linear.LinearConfig(leave_out=("prompt_terms_missed",)).feature_columns()
     assert set(linear.LinearConfig().feature_columns()) - set(left_out) == {
-        linear.ROW_FEATURES.index("prompt_terms_missed")}
+        linear_rows.ROW_FEATURES.index("prompt_terms_missed")}
 
 
 def test_training_is_deterministic_on_a_quiet_and_a_loaded_machine(table, backbone, tmp_path):
@@ -202,7 +202,7 @@ def test_filler_never_earns_reward_even_where_the_training_pairs_reward_it(table
         fitted = linear.fit_linear(pairs, vectors, linear.LinearConfig(iterations=40, ngrams=False, **changes),
                                    lambda _: "c", log=lambda _: None, reading_directions=[]).weights
         effective = fitted.v + fitted.gate @ vectors["c"]
-        return {linear.ROW_FEATURES[c]: value for c, value in zip(fitted.columns, effective)}
+        return {linear_rows.ROW_FEATURES[c]: value for c, value in zip(fitted.columns, effective)}
 
     free, base_only, signed = coefficients(signs=False), coefficients(gate_signs=False), coefficients()
     assert free["log_unsupported_words"] > 0.01 and base_only["log_unsupported_words"] > 0.01
@@ -226,7 +226,7 @@ def test_a_criterion_read_as_less_of_a_property_never_pays_for_more_of_it(table)
     def reading_cells(gate: str) -> dict[str, np.ndarray]:
         fitted = linear.fit_linear(pairs, vectors, linear.LinearConfig(iterations=40, ngrams=False, reading_gate=gate),
                                    lambda _: "c", log=lambda _: None, reading_directions=directions).weights
-        return {linear.ROW_FEATURES[c]: row[2:] for c, row in zip(fitted.columns, fitted.gate)}
+        return {linear_rows.ROW_FEATURES[c]: row[2:] for c, row in zip(fitted.columns, fitted.gate)}
 
     free, own = reading_cells("free"), reading_cells("own_property")
     less = directions.index("length:less")

@@ -37,13 +37,14 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
-from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES, degeneration_matrix, feature_matrix
+from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES
 from usl_assets.crm.gaming_pairs import LABEL_KIND as GAMING_LABEL
 from usl_assets.crm.graded_answers import GradedAnswers
-from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, common_stems, relevance_and_views
+from usl_assets.crm.linear_rows import (GRADED_COLUMN, GRADED_COLUMNS, N_BUCKETS, ROW_FEATURES, graded_matrix,
+                                        ngram_matrix, raw_features)
+from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, common_stems
 from usl_assets.settings import StaleCheckpoint
 
-N_BUCKETS = 2**18
 LENGTH_FEATURES = ("log_words", "log_chars")
 MARKDOWN_FEATURES = ("log_headings", "log_bold_marks", "log_list_items", "list_line_ratio")
 JUDGE_NUISANCES = ("style", "length", "none")
@@ -59,12 +60,6 @@ LOG_CHARS = FEATURE_NAMES.index("log_chars")
 # on human pairs, answers with more unsupported sentences are longer and win, but a sentence tied to nothing in
 # the prompt or the answer adds nothing; the criteria's gate may still move them.
 SIGNS = {"unsupported_sentence_share": -1, "log_unsupported_words": -1, "prompt_fit": 1}
-# Read from the judge's graded answers to the same prompt (crm/graded_answers.py, crm/relevance.py).
-GRADED_FEATURES = ("graded_answers", "graded_best_match")
-# The columns after the n-gram score in a response row.
-ROW_FEATURES = (*FEATURE_NAMES, *DEGENERATION_FEATURES, *TEXT_RELEVANCE_FEATURES, *GRADED_FEATURES)
-GRADED_COLUMNS = [ROW_FEATURES.index(name) for name in GRADED_FEATURES]
-GRADED_COLUMN = GRADED_COLUMNS[0]
 WEIGHTS_FILE = "linear.safetensors"
 SHAPE_FILE = "linear.json"
 
@@ -119,37 +114,6 @@ class LinearConfig:
 # weigh as much as Auto-J's.
 DEFAULT_SOURCE_WEIGHTS = {"autoj": 2.0, "user": 2.0, "alpaca_eval_judge": 0.25, "hh_rlhf_harmless": 0.5}
 
-
-def hasher():
-    from sklearn.feature_extraction.text import HashingVectorizer
-
-    return HashingVectorizer(ngram_range=(1, 2), n_features=N_BUCKETS, alternate_sign=False, norm="l2",
-                             lowercase=True, dtype=np.float32)
-
-
-def raw_features(prompts: list[str], texts: list[str], graded: np.ndarray, supported_view: bool,
-                 common: frozenset = frozenset()) -> tuple[np.ndarray, list[str]]:
-    """The ROW_FEATURES of each answer, unscaled (the one place their column order is written), and what the
-    n-grams and FEATURE_NAMES read: with `supported_view`, what of each answer adds something
-    (crm/relevance.supported_text: no filler, restatements or empty headings), else the answers. `graded`: the
-    GRADED_FEATURES columns (zeros where there are no graded answers). The degeneration features read the answers'
-    repeats and the view's prompt copy and prompt terms (filler would dilute an echo's copy share); the relevance
-    features read the answers themselves. common: the stems no chain of support goes through."""
-    relevance, views = relevance_and_views(prompts, texts, supported_view, common)
-    return np.concatenate([feature_matrix(views), degeneration_matrix(prompts, texts, views), relevance,
-                           np.asarray(graded).reshape(-1, len(GRADED_FEATURES))], axis=1), views
-
-
-def graded_matrix(graded: GradedAnswers | None, prompts: list[str], texts: list[str],
-                  exclude_families: list | None = None) -> np.ndarray:
-    """The GRADED_FEATURES columns (zeros without graded answers)."""
-    if graded is None:
-        return np.zeros((len(texts), len(GRADED_FEATURES)))
-    return np.stack(graded.features(prompts, texts, exclude_families), axis=1)
-
-
-def ngram_matrix(texts: list[str]) -> sparse.csr_matrix:
-    return hasher().transform([str(t) for t in texts]).tocsr()
 
 
 @dataclass

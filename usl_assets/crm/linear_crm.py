@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from usl_assets.crm import linear
+from usl_assets.crm import linear, linear_rows
 from usl_assets.crm import criteria_prototypes
 from usl_assets.crm.backbones import Backbone
 from usl_assets.crm.criteria_prototypes import PrototypeBank
@@ -78,10 +78,12 @@ class CriteriaEncoder:
         vectors = self.embed_lines(sorted({line for profile in profiles for line in profile}))
         rows = [np.mean([vectors[line] for line in profile], axis=0) for profile in profiles]
         rows = [row / max(np.linalg.norm(row), 1e-12) for row in rows]
-        if self.bank is not None:
+        if self.bank is not None and profiles:  # each line read once: the fit's 11,564 profiles share 670 lines
+            distinct = list(dict.fromkeys(line for profile in profiles for line in profile))
+            readings = dict(zip(distinct, self.bank.read_lines(distinct, self.embed_lines)
+                                * self.bank.strengths(distinct)[:, None]))
             rows = [np.concatenate([row, criteria_prototypes.profile_reading(
-                        self.bank.read_lines(list(profile), self.embed_lines)
-                        * self.bank.strengths(list(profile))[:, None])])
+                        np.stack([readings[line] for line in profile]))])
                     for row, profile in zip(rows, profiles)]
         return np.stack(rows) if rows else np.zeros((0, 1))
 
@@ -116,7 +118,7 @@ def linear_fit_key(train_config) -> dict:
     from usl_assets.crm import graded_answers
 
     return {**linear.config_dict(linear_config(train_config)), "graded_temperature": graded_answers.TEMPERATURE,
-            "row_features": list(linear.ROW_FEATURES), "criteria_prototypes": criteria_prototypes.SETTINGS,
+            "row_features": list(linear_rows.ROW_FEATURES), "criteria_prototypes": criteria_prototypes.SETTINGS,
             "criteria_encoder": numpy_encoder.VERSION}
 
 

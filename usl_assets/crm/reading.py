@@ -39,7 +39,7 @@ import pandas as pd
 
 from usl_assets.crm import criteria_vocabulary
 from usl_assets.crm import properties as property_rules
-from usl_assets.crm.linear import ROW_FEATURES
+from usl_assets.crm.linear_rows import ROW_FEATURES
 from usl_assets.crm.interface import NEUTRAL_CRITERIA
 
 UP2, UP, SAME, DOWN, DOWN2, UNKNOWN = "↑↑", "↑", "·", "↓", "↓↓", "?"

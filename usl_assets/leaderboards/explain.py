@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from usl_assets.crm.features import DEGENERATION_FEATURES
-from usl_assets.crm.linear import GRADED_FEATURES, ROW_FEATURES
+from usl_assets.crm.linear_rows import GRADED_FEATURES, ROW_FEATURES
 from usl_assets.crm.properties import PROPERTY_FEATURES
 from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES
 from usl_assets.settings import UslConfigError
