@@ -30,13 +30,23 @@ class PhaseResult:
     partitions: int
     seconds: float
     run_id: str
-    cpu_seconds: float = 0.0  # this process's CPU time (user + system) in the phase, steps run in it included
+    cpu_seconds: float = 0.0  # CPU time (user + system) of this process and its children in the phase
 
 
 def cpu_seconds() -> float:
-    """User + system CPU time of this process and its waited-for children so far."""
+    """User + system CPU time so far of this process, its waited-for children and its live ones (the feature workers
+    of crm/feature_workers.py stay alive between phases)."""
+    import psutil
+
     times = os.times()
-    return times.user + times.system + times.children_user + times.children_system
+    live = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            spent = child.cpu_times()
+            live += spent.user + spent.system
+        except psutil.NoSuchProcess:  # ended since it was listed: counted by the children_* times once waited for
+            pass
+    return times.user + times.system + times.children_user + times.children_system + live
 
 
 def cpu_share(cpu: float, wall: float) -> str:

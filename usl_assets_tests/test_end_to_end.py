@@ -9,7 +9,7 @@ from usl_assets import warehouse_docs
 from usl_assets.cli import main
 from usl_assets.crm.assets import CrmSettings
 from usl_assets.jobs import DOWNSTREAM_JOB, PARTITIONS_JOB, UPSTREAM_JOB
-from usl_assets.pipeline import PHASE_TAG, cpu_share, phase_figures, plan_phases, run_graph
+from usl_assets.pipeline import PHASE_TAG, cpu_seconds, cpu_share, phase_figures, plan_phases, run_graph
 from usl_assets_tests.conftest import REPO_ROOT
 from usl_assets_tests.llama_server import MODEL_ID, llama_server  # noqa: F401 (the fixture)
 from usl_assets_tests.test_crm_assets import assert_evaluation_figures
@@ -48,6 +48,27 @@ def test_a_phase_s_line_names_the_checks_that_did_not_pass():
 
     result = dg.materialize([numbers, numbers_positive, numbers_even])
     assert phase_figures(result, 0, 2.0) == "1 materializations, 1/2 checks passed in 2 s; not passed: numbers_even"
+
+
+def test_a_phase_s_cpu_time_counts_children_still_running():
+    # the feature workers (crm/feature_workers.py) outlive a phase: their CPU time counts while they run
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    before = cpu_seconds()
+    burn = "import sys, time\nstart = time.process_time()\nwhile time.process_time() - start < 0.6: pass\nsys.stdin.read()"
+    child = subprocess.Popen([sys.executable, "-c", burn], stdin=subprocess.PIPE)
+    try:
+        process, deadline = psutil.Process(child.pid), time.monotonic() + 60
+        while sum(process.cpu_times()[:2]) < 0.5:  # the child burns 0.6 s of CPU, then waits on its stdin
+            assert time.monotonic() < deadline, "the child never burnt its CPU"
+            time.sleep(0.05)
+        assert cpu_seconds() - before >= 0.5
+    finally:
+        child.communicate(b"")
 
 
 def test_a_phase_s_cpu_share_is_its_cpu_time_over_wall_time_and_cores(monkeypatch):
