@@ -12,7 +12,7 @@ criteria_prototypes.EMPHASIS, which a checkpoint from run 22 on already applies 
   (what leaderboard.criteria_fidelity measures at gain 1).
 
     USL_DATA_DIR=../shared/data .venv/bin/python benchmarks/reading_gain.py [--home .usl] [--gains 1,2,3,4]
-        [--pools-only] [--oracle]
+        [--pools-only] [--oracle] [--by-property]
 
 Needs a `make run` warehouse (published copy) and its linear checkpoint; a few minutes on 2 cores.
 """
@@ -88,6 +88,8 @@ def main() -> None:
     parser.add_argument("--pools-only", action="store_true", help="skip the dev pool")
     parser.add_argument("--oracle", action="store_true",
                         help="also the pools' fidelity with each phrasing read as the direction it means")
+    parser.add_argument("--by-property", action="store_true",
+                        help="also the pools' median Spearman per property and direction (columns: gains)")
     args = parser.parse_args()
     home, started = Path(args.home), time.perf_counter()
     gains = [float(g) for g in args.gains.split(",")]
@@ -103,7 +105,7 @@ def main() -> None:
                                "scenario = 'all' AND method = 'usl_soft'").df()
     if not args.pools_only:
         dev_measure(home, pool_models, scorer, args.phrasings, gains, temperature)
-    pool_measure(pools, ranked, standing, scorer, gains, temperature, args.oracle)
+    pool_measure(pools, ranked, standing, scorer, gains, temperature, args.oracle, args.by_property)
     print(f"\n{time.perf_counter() - started:.0f} s")
 
 
@@ -115,11 +117,16 @@ def dev_measure(home, pool_models, scorer, phrasings, gains, temperature) -> Non
           f"{len(dev_phrasings)} {phrasings} phrasings, temperature {temperature:.3f}")
     table = fidelity(scorer, dev, DEV_REFERENCE, dev_phrasings, gains, temperature)
     print(summary(table).round(3).to_string())
-    print(table.pivot_table(index=["property", "direction"], columns="gain", values="spearman",
-                            aggfunc="median").round(2).to_string())
+    print(by_property(table))
 
 
-def pool_measure(pools, ranked, standing, scorer, gains, temperature, oracle: bool) -> None:
+def by_property(table: pd.DataFrame) -> str:
+    """Median Spearman per property and direction (rows) and gain (columns)."""
+    return table.pivot_table(index=["property", "direction"], columns="gain", values="spearman",
+                             aggfunc="median").round(3).to_string()
+
+
+def pool_measure(pools, ranked, standing, scorer, gains, temperature, oracle: bool, per_property: bool) -> None:
     untrained = set(PairsConfig().heldout_properties)
     held = [(name, direction, text) for name, direction, _, text in properties.heldout_phrasings()
             if name not in untrained]
@@ -127,11 +134,16 @@ def pool_measure(pools, ranked, standing, scorer, gains, temperature, oracle: bo
         answers = ranked[pool]
         answers = answers[answers["model"].isin(standing[standing["pool"] == pool]["model"])].reset_index(drop=True)
         print(f"\n{pool}: held-out families' phrasings of the trained properties ({len(held)}), for the record")
-        print(summary(fidelity(scorer, answers, reference, held, gains, temperature)).round(3).to_string())
+        own = fidelity(scorer, answers, reference, held, gains, temperature)
+        print(summary(own).round(3).to_string())
+        if per_property:
+            print(by_property(own))
         if oracle:
             print(f"{pool}: the same, each phrasing read as the direction it means (oracle reading)")
-            print(summary(fidelity(scorer, answers, reference, held, gains, temperature, oracle=True))
-                  .round(3).to_string())
+            read_right = fidelity(scorer, answers, reference, held, gains, temperature, oracle=True)
+            print(summary(read_right).round(3).to_string())
+            if per_property:
+                print(by_property(read_right))
 
 
 if __name__ == "__main__":
