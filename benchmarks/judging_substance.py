@@ -29,7 +29,7 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from graded_answers import parse_variant
-from usl_assets.crm import data, gaming, graded_answers, judge_pairs, linear, linear_crm, linear_rows
+from usl_assets.crm import data, feature_workers, gaming, graded_answers, judge_pairs, linear, linear_crm, linear_rows
 from usl_assets.crm.backbones import resolve_backbone
 from usl_assets.crm.features import response_counts
 from usl_assets.leaderboards import validity
@@ -50,12 +50,13 @@ def memoized_rows(function):
     return rows
 
 
+os.environ.setdefault(feature_workers.WORKERS_ENV, "1")  # the memos below must live in this process
 for _name in ("feature_matrix", "degeneration_matrix"):
-    setattr(linear, _name, memoized_rows(getattr(linear, _name)))
+    setattr(linear_rows, _name, memoized_rows(getattr(linear_rows, _name)))
 
 
 def memoized_relevance(function):
-    """linear.relevance_and_views, memoized per (prompt, answer, views, common stems): the rows and the views
+    """linear_rows.relevance_and_views, memoized per (prompt, answer, views, common stems): the rows and the views
     together."""
     memo: dict = {}
 
@@ -71,7 +72,7 @@ def memoized_relevance(function):
     return read
 
 
-linear.relevance_and_views = memoized_relevance(linear.relevance_and_views)
+linear_rows.relevance_and_views = memoized_relevance(linear_rows.relevance_and_views)
 
 
 def load(home: Path) -> dict:

@@ -37,7 +37,8 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
-from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES
+from usl_assets.crm import feature_workers
+from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES, feature_matrix
 from usl_assets.crm.gaming_pairs import LABEL_KIND as GAMING_LABEL
 from usl_assets.crm.graded_answers import GradedAnswers
 from usl_assets.crm.linear_rows import (GRADED_COLUMN, GRADED_COLUMNS, N_BUCKETS, ROW_FEATURES, graded_matrix,
@@ -236,8 +237,14 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     prompts, texts = [prompt for prompt, _, _ in answers], [text for _, text, _ in answers]
     graded_columns = graded_matrix(graded if GRADED_COLUMN in columns else None, prompts, texts,
                                    [m for _, _, m in answers])
-    common = common_stems(texts, config.common_stem_share) if config.common_stem_share else frozenset()
-    raw, views = raw_features(prompts, texts, graded_columns, config.supported_view, common)
+    if config.features == "length" and not config.supported_view:
+        # the length-only twin reads the whole answers' FEATURE_NAMES (length, and markdown for the nuisance) alone
+        common, views = frozenset(), texts
+        raw = np.zeros((len(texts), len(ROW_FEATURES)))
+        raw[:, :len(FEATURE_NAMES)] = np.concatenate(feature_workers.map_chunks(feature_matrix, len(texts), (texts,)))
+    else:
+        common = common_stems(texts, config.common_stem_share) if config.common_stem_share else frozenset()
+        raw, views = raw_features(prompts, texts, graded_columns, config.supported_view, common)
     raw = raw.astype(np.float64)
     mean, std = raw[:, columns].mean(0), np.maximum(raw[:, columns].std(0), 1e-3)
     scaled = (raw[:, columns] - mean) / std
