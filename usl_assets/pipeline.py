@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import dagster as dg
+import psutil
 
 from usl_assets.jobs import DOWNSTREAM_JOB, PARTITIONS_JOB, UPSTREAM_JOB
 from usl_assets.launch import console_log_config, execute_in_location, raise_if_interrupted
@@ -36,8 +37,6 @@ class PhaseResult:
 def cpu_seconds() -> float:
     """User + system CPU time so far of this process, its waited-for children and its live ones (the feature workers
     of crm/feature_workers.py stay alive between phases)."""
-    import psutil
-
     times = os.times()
     live = 0.0
     for child in psutil.Process().children(recursive=True):

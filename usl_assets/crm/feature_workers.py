@@ -1,8 +1,8 @@
 """Row-wise feature extraction on every core the process may use.
 
-The linear CRM's features of an answer (crm/linear_rows.py raw_features, and its hashed n-grams) read that answer and its prompt alone, in
-pure Python that holds the GIL: one core does all of them while the other waits, in training, evaluation, scoring
-and the audits alike. Here the rows are cut into contiguous chunks, each chunk goes to a worker process, and the
+The linear CRM's features of an answer and its hashed n-grams (crm/linear_rows.py) read that answer and its prompt
+alone, in pure Python that holds the GIL: one core does all of them while the other waits, in training, evaluation,
+scoring and the audits alike. Here the rows are cut into contiguous chunks, each chunk goes to a worker process, and the
 chunks' results are joined in order, so the numbers are the same, to the bit, as one pass in this process: they
 never depend on the number of workers or on the machine's load.
 

@@ -37,12 +37,11 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
-from usl_assets.crm import feature_workers
-from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES, feature_matrix
+from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES
 from usl_assets.crm.gaming_pairs import LABEL_KIND as GAMING_LABEL
 from usl_assets.crm.graded_answers import GradedAnswers
-from usl_assets.crm.linear_rows import (GRADED_COLUMN, GRADED_COLUMNS, N_BUCKETS, ROW_FEATURES, graded_matrix,
-                                        ngram_matrix, raw_features)
+from usl_assets.crm.linear_rows import (GRADED_COLUMN, GRADED_COLUMNS, N_BUCKETS, ROW_FEATURES, feature_name_rows,
+                                        graded_matrix, ngram_matrix, raw_features)
 from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, common_stems
 from usl_assets.settings import StaleCheckpoint
 
@@ -237,11 +236,9 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     prompts, texts = [prompt for prompt, _, _ in answers], [text for _, text, _ in answers]
     graded_columns = graded_matrix(graded if GRADED_COLUMN in columns else None, prompts, texts,
                                    [m for _, _, m in answers])
-    if config.features == "length" and not config.supported_view:
-        # the length-only twin reads the whole answers' FEATURE_NAMES (length, and markdown for the nuisance) alone
-        common, views = frozenset(), texts
-        raw = np.zeros((len(texts), len(ROW_FEATURES)))
-        raw[:, :len(FEATURE_NAMES)] = np.concatenate(feature_workers.map_chunks(feature_matrix, len(texts), (texts,)))
+    if not config.supported_view and all(column < len(FEATURE_NAMES) for column in columns):
+        # e.g. the length-only twin: the whole answers' FEATURE_NAMES are all it reads (markdown for the nuisance)
+        common, views, raw = frozenset(), texts, feature_name_rows(texts)
     else:
         common = common_stems(texts, config.common_stem_share) if config.common_stem_share else frozenset()
         raw, views = raw_features(prompts, texts, graded_columns, config.supported_view, common)

@@ -42,6 +42,14 @@ def raw_features(prompts: list[str], texts: list[str], graded: np.ndarray, suppo
     return np.concatenate([rows for rows, _ in parts]), [view for _, views in parts for view in views]
 
 
+def feature_name_rows(texts: list[str]) -> np.ndarray:
+    """Rows as raw_features gives them for the whole answers, with only the FEATURE_NAMES columns filled (length,
+    markdown…): all that a fit reading no other column needs."""
+    raw = np.zeros((len(texts), len(ROW_FEATURES)))
+    raw[:, :len(FEATURE_NAMES)] = np.concatenate(feature_workers.map_chunks(feature_matrix, len(texts), (texts,)))
+    return raw
+
+
 def _raw_feature_rows(prompts: list[str], texts: list[str], graded: np.ndarray, supported_view: bool,
                       common: frozenset) -> tuple[np.ndarray, list[str]]:
     relevance, views = relevance_and_views(prompts, texts, supported_view, common)
