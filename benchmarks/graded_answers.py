@@ -129,7 +129,7 @@ def whole_crm(frames: dict, variants: list[str], data_root: Path, home: Path) ->
         config = replace(linear.LinearConfig(), **parse_variant(variant))
         weights = linear.fit_linear(train, vectors, config, linear_crm.criteria_key, log=lambda _: None,
                                     graded=memory,
-                                    reading_directions=encoder.bank.directions if encoder.bank else []).weights
+                                    reading_directions=encoder.bank.reading_columns if encoder.bank else []).weights
         seconds = time.perf_counter() - started
         accuracy = {}
         for split in ("human_heldout", "pandalm_majority"):

@@ -194,7 +194,7 @@ def main() -> None:
         vectors = dict(zip(profiles, encoder.embed(list(profiles.values()))))
         config = replace(linear.LinearConfig(), **parse_variant(variant.split(" (")[0]))
         weights = linear.fit_linear(train, vectors, config, linear_crm.criteria_key, log=lambda _: None,
-                                    graded=graded, reading_directions=encoder.bank.directions if encoder.bank
+                                    graded=graded, reading_directions=encoder.bank.reading_columns if encoder.bank
                                     else []).weights
         print(f"\n== {variant} (fitted at {time.perf_counter() - started:.0f} s)")
         chosen = rewards_under(weights, vectors_of, test.assign(response=test["chosen"]))

@@ -46,7 +46,7 @@ def dev_answers(home: Path, pool_models: set[str]) -> pd.DataFrame:
 def fidelity(scorer, answers: pd.DataFrame, reference: str, phrasings: list[tuple[str, str, str]], gains: list[float],
              temperature: float, oracle: bool = False) -> pd.DataFrame:
     """(gain, property, direction, spearman) per phrasing (property, direction, text) and gain. oracle: each
-    phrasing's reading replaced by the direction it means at full strength (SCALE × EMPHASIS): what a perfect
+    phrasing's reading replaced by the direction it means at full strength, in the wishes' half (SCALE × EMPHASIS): what a perfect
     reader of the words would reach with this checkpoint's gate."""
     weights = scorer.weights
     rows = scorer.embed_responses(list(answers["prompt"]), list(answers["response"]))
@@ -55,12 +55,12 @@ def fidelity(scorer, answers: pd.DataFrame, reference: str, phrasings: list[tupl
         .groupby(answers["model"]).mean()
     texts = [text for *_, text in phrasings]
     criteria = np.asarray(scorer.embed_criteria([(text,) for text in texts]), np.float64)
-    directions = scorer.encoder.bank.directions
+    directions = scorer.encoder.bank.reading_columns
     first = criteria.shape[1] - len(directions)  # the reading's columns come last
     if oracle:
         criteria[:, first:] = 0.0
         for row, (name, direction, _) in enumerate(phrasings):
-            criteria[row, first + directions.index(f"{name}:{direction}")] = \
+            criteria[row, first + directions.index(f"{criteria_prototypes.WISH}{name}:{direction}")] = \
                 criteria_prototypes.SCALE * criteria_prototypes.EMPHASIS
     found = []
     for gain in gains:

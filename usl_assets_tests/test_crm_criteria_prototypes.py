@@ -48,7 +48,7 @@ def test_a_criterion_reads_as_the_property_direction_it_names(encoder, text, dir
 def test_a_criterion_close_to_no_phrasing_reads_as_nothing(encoder):
     assert sum(reading(encoder, "<div><span>qwz").values()) < 0.1 * criteria_prototypes.SCALE
     vector = encoder.embed([("<div><span>qwz",)])[0]
-    assert vector.shape[0] == 384 + len(encoder.bank.directions)  # the embedding, then the reading
+    assert vector.shape[0] == 384 + len(encoder.bank.reading_columns)  # the embedding, then the reading
 
 
 def test_the_bank_is_saved_with_the_checkpoint_and_refuses_other_settings(encoder, tmp_path):
@@ -80,13 +80,15 @@ def test_a_user_s_wish_is_read_with_emphasis_and_the_training_rows_criteria_at_t
     training = fitting.embed([(wish,), (rubric,), (rubric, wish)])[:, dim:]
     read = scoring.embed([(wish,), (rubric,), (rubric, wish)])[:, dim:]
     assert training[0].max() > 1.0  # "Be brief." reads as length:less
+    n = len(encoder.bank.directions)  # the calibrated lines' half of the reading, then the wishes'
+    assert not training[0][:n].any() and not training[1][n:].any()
     assert np.allclose(read[0], criteria_prototypes.EMPHASIS * training[0])
     assert np.allclose(read[1], training[1])
     assert np.allclose(read[2], (training[1] + criteria_prototypes.EMPHASIS * training[0]) / 2)  # the lines' mean
     assert np.allclose(scoring.embed([(wish,)])[:, :dim], encoder.embed([(wish,)])[:, :dim])  # the embedding as is
     # the rubric line "…complete." is read by its nearest phrasings, never by the word "complete" (length:more)
     by_words = encoder.embed([(rubric,)])[0, dim:]
-    assert by_words[encoder.bank.directions.index("length:more")] == criteria_prototypes.SCALE
+    assert by_words[n + encoder.bank.directions.index("length:more")] == criteria_prototypes.SCALE  # no calibration
     assert training[1][encoder.bank.directions.index("length:more")] < criteria_prototypes.SCALE / 2
 
 

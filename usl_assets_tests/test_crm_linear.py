@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from usl_assets.crm import data, evaluate, linear, linear_rows
+from usl_assets.crm import criteria_prototypes, data, evaluate, features, linear, linear_rows, properties
 from usl_assets.crm.backbones import resolve_backbone
 from usl_assets.crm.interface import ScoreItem
 from usl_assets.crm.linear import TrainingTimeLimit
@@ -230,10 +230,11 @@ def test_a_criterion_read_as_less_of_a_property_never_pays_for_more_of_it(table)
 
     free, own = reading_cells("free"), reading_cells("own_property")
     less = directions.index("length:less")
-    assert free["log_words"][less] + free["log_chars"][less] > 0.01  # the rows taught it to pay for length
-    assert own["log_words"][less] <= 0 and own["log_chars"][less] <= 0
+    length = ("log_words", "log_chars", "measured_length")
+    assert sum(free[name][less] for name in length) > 0.01  # the rows taught it to pay for length
+    assert all(own[name][less] <= 0 for name in length)
     for name, cells in own.items():
-        if name not in ("log_words", "log_chars"):
+        if name not in length:
             assert not cells[:2].any(), name  # the length reading moves no other feature
     with pytest.raises(ValueError, match="reading_directions"):
         linear.fit_linear(pairs, vectors, linear.LinearConfig(iterations=2, reading_gate="own_property"),
@@ -248,3 +249,36 @@ def test_a_criterion_read_as_less_of_a_property_never_pays_for_more_of_it(table)
     np.testing.assert_allclose(three.gate[:, 2:], 3.0 * one.gate[:, 2:], rtol=1e-12, atol=1e-15)
     np.testing.assert_array_equal(three.gate[:, :2], one.gate[:, :2])
     np.testing.assert_array_equal(three.v, one.v)
+
+
+def test_a_property_measured_on_the_whole_answer_moves_only_with_its_reading(table):
+    """properties.MEASURED_FEATURES: where the answer with a bullet list added always wins under a wish read as
+    "structure:more", the whole answer's measured structure is paid for under that reading, and (reading_gate
+    wish_measured) nothing else is; it has no base coefficient and no cells on the criteria's embedding, so criteria
+    read as no property leave it at zero."""
+    held = table[(table["split"] == "train") & (table["augmentation"] == "original")].head(60)
+    bullets = "\n\n- one point\n- another point\n- a third point"
+    pairs = pd.DataFrame({"prompt": held["prompt"], "chosen": [f"{a}{bullets}" for a in held["chosen"]],
+                          "rejected": held["chosen"], "criteria": [("Use bullet points.",)] * len(held),
+                          "source": "autoj", "label_kind": "human", "soft_label": 1.0})
+    wish = criteria_prototypes.WISH
+    directions = ["structure:more", "structure:less", f"{wish}structure:more", f"{wish}structure:less"]
+    vectors = {"c": np.array([0.5, 0.5, 0.0, 0.0, 4.0, 0.0])}  # a wish for structure
+
+    def fitted(gate: str) -> tuple[linear.LinearWeights, list[str]]:
+        weights = linear.fit_linear(pairs, vectors, linear.LinearConfig(iterations=40, ngrams=False, reading_gate=gate),
+                                    lambda _: "c", log=lambda _: None, reading_directions=directions).weights
+        return weights, [linear_rows.ROW_FEATURES[c] for c in weights.columns]
+
+    weights, names = fitted("wish_measured")  # the default
+    measured = [names.index(name) for name in properties.MEASURED_FEATURES]
+    assert not weights.v[measured].any() and not weights.gate[measured, :2].any()
+    assert weights.coefficients(vectors["c"])[names.index("measured_structure")] > 0.01
+    others = [i for i in range(len(names)) if i not in measured]
+    assert not weights.gate[others, 4:].any()  # a wish moves the property as measured, nothing else
+    assert not weights.coefficients(np.array([0.5, 0.5, 0.0, 0.0, 0.0, 0.0]))[measured].any()
+    own, names = fitted("own_property")  # a wish may also move the answer view's list features
+    assert own.gate[names.index("log_list_items"), 4] > 0.01
+    counts = features.response_counts(f"Intro.{bullets}\n# A heading")
+    assert properties.measured_row(counts)[properties.MEASURED_FEATURES.index("measured_structure")] == pytest.approx(
+        np.log1p(4))

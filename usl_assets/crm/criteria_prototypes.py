@@ -15,7 +15,8 @@ same way, what it names counting for the opposite direction (`disliked`), and a 
 clause, so the user's situation does not drown the wish (`clauses`). A profile of several criteria takes, per
 direction, the mean of its lines' readings (PROFILE_READING). The gate sees [e(c), reading(c)], so it can learn one
 coefficient shift per property direction, which a new wording reaches as long as its nearest phrasings mean the
-same thing.
+same thing; the reading comes in two halves (`profile_halves`: the calibrated lines', then the wishes'), so a
+wish and a rubric line of the same direction get gate cells of their own.
 
 A user's wish is read EMPHASIS times as strongly as the pairwise fit weighs it; the criteria the labelled pairs
 came with (the scenario rubrics, the harmless criteria, no criteria: `calibrated`) keep the fitted strength, so the
@@ -96,7 +97,11 @@ PROFILE_READING = "mean"
 EMPHASIS = 6.0
 # Whether a wish that names a property's words is read by them (crm/criteria_vocabulary.py) before the bank.
 VOCABULARY = True
-SETTINGS = {"emphasis": EMPHASIS, "vocabulary": VOCABULARY and criteria_vocabulary.VERSION, "contrast": CONTRAST, "long_line_words": LONG_LINE_WORDS, "clauses": "first_person", "dislike": True,
+# The reading has two halves: the calibrated lines' (scenario rubrics…) and the wishes', each with gate cells of
+# its own, so a user's wish may move the property as measured while a rubric moves what the labelled pairs paid
+# for (LinearConfig.reading_gate "wish_measured"; docs/crm.md run 25).
+WISH = "wish "
+SETTINGS = {"emphasis": EMPHASIS, "halves": WISH, "vocabulary": VOCABULARY and criteria_vocabulary.VERSION, "contrast": CONTRAST, "long_line_words": LONG_LINE_WORDS, "clauses": "first_person", "dislike": True,
             "top_k": TOP_K, "scale": SCALE, "profile_reading": PROFILE_READING, "negation_penalty": NEGATION_PENALTY,
             "temperature": TEMPERATURE,
             "match_center": MATCH_CENTER, "match_width": MATCH_WIDTH}
@@ -118,6 +123,14 @@ def bank_phrasings() -> tuple[list[str], list[str]]:
 def profile_reading(line_readings: np.ndarray) -> np.ndarray:
     """A profile's reading from its lines' (lines × directions): PROFILE_READING."""
     return line_readings.mean(axis=0) if PROFILE_READING == "mean" else line_readings.max(axis=0)
+
+
+def profile_halves(line_readings: np.ndarray, wishes: np.ndarray) -> np.ndarray:
+    """The calibrated lines' half of a profile's reading, then the wishes' (each profile_reading over every line,
+    the other half's lines counting as no reading): 2 × directions, summing to the profile's reading."""
+    wish = np.asarray(wishes, bool)[:, None]
+    return np.concatenate([profile_reading(np.where(wish, 0.0, line_readings)),
+                           profile_reading(np.where(wish, line_readings, 0.0))])
 
 
 def negated(text: str) -> bool:
@@ -213,6 +226,15 @@ class PrototypeBank:
     @property
     def directions(self) -> list[str]:
         return list(dict.fromkeys(self.labels))
+
+    @property
+    def reading_columns(self) -> list[str]:
+        """The labels of the criteria vector's reading columns: the calibrated half, then the wishes' (WISH)."""
+        return [*self.directions, *(WISH + direction for direction in self.directions)]
+
+    def wishes(self, lines: list[str]) -> list[bool]:
+        """Per line, whether it is a wish (not a `calibrated` line; with no calibration every line is)."""
+        return [self.calibrated is None or line not in self.calibrated for line in lines]
 
     emphasized: bool = True  # False while the fit embeds its rows: every line at the fitted strength
 

@@ -11,9 +11,11 @@ what the AI judge said of other models' answers to the same prompt, and how clos
 them; 0 for prompts it never graded); e(c): the criteria text embedded once by the frozen encoder (MiniLM by
 default). W e(c) is what lets "prefers brief answers" turn the length features down and "use lists" turn the list
 features up, so a flipped criterion flips the preference. The part of W that reads the prototype reading
-(crm/criteria_prototypes.py: one column per property direction) is bounded (`reading_gate` own_property): a
-direction moves only its own property's features, up for "more", down for "less", so what the reading says is
-what the reward does (a free W mixed the directions: docs/crm.md, dev run 19). h and the crm/features.py features
+(crm/criteria_prototypes.py: one column per property direction, a half for the scenario rubrics' lines and one for
+the user's wishes) is bounded (`reading_gate` wish_measured): a direction moves only its own property's features,
+up for "more", down for "less", and a wish only the property as measured on the whole answer
+(properties.MEASURED_FEATURES, which nothing else moves), so what the reading says is what the reward does (a free
+W mixed the directions: docs/crm.md, dev runs 19 and 25). h and the crm/features.py features
 read the answer's view (`supported_view`: without the sentences tied to nothing in the prompt, restatements and
 empty headings), so filler earns no length, bullets or bold marks; the unsupported sentences' own features keep
 the sign SIGNS gives.
@@ -40,6 +42,7 @@ from scipy import sparse
 from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES
 from usl_assets.crm.gaming_pairs import LABEL_KIND as GAMING_LABEL
 from usl_assets.crm.graded_answers import GradedAnswers
+from usl_assets.crm.properties import MEASURED_FEATURES
 from usl_assets.crm.linear_rows import (GRADED_COLUMN, GRADED_COLUMNS, N_BUCKETS, ROW_FEATURES, feature_name_rows,
                                         graded_matrix, ngram_matrix, raw_features)
 from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, common_stems
@@ -54,7 +57,7 @@ JUDGE_NUISANCES = ("style", "length", "none")
 # markdown difference is the same in every row, so alone its coefficient explained them all; the filler-free
 # gaming_reformatted twins at even odds pin it near zero, which leaves the filler to explain the padded rows.
 GAMING_NUISANCES = ("none", "truncated", "length", "markdown", "style")
-READING_GATES = ("free", "own_property")
+READING_GATES = ("free", "own_property", "measured", "wish_measured")
 LOG_CHARS = FEATURE_NAMES.index("log_chars")
 # Signs the base coefficient v of these features keeps whatever the training rows' correlations (LinearConfig.signs):
 # on human pairs, answers with more unsupported sentences are longer and win, but a sentence tied to nothing in
@@ -86,9 +89,13 @@ class LinearConfig:
     common_stem_share: float = 0.05  # chains of support skip the stems of more than this share of the training
     # answers (crm/relevance.common_stems); 0: through every stem
     gate_signs: bool = True  # with signs, the gate leaves SIGNS features alone: their sign holds under any criteria
-    reading_gate: str = "own_property"  # free | own_property: how the criteria's reading
-    # (crm/criteria_prototypes.py) may move the coefficients; own_property: a property direction's reading moves
-    # only that property's features (properties.PROPERTY_FEATURES), up for "more" and down for "less"
+    reading_gate: str = "wish_measured"  # free | own_property | measured | wish_measured: how the criteria's
+    # reading (crm/criteria_prototypes.py) may move the coefficients; own_property: a property direction's reading
+    # moves only that property's features (properties.PROPERTY_FEATURES), up for "more" and down for "less";
+    # measured: only its MEASURED_FEATURES column; wish_measured: a wish's reading as measured, a calibrated line's
+    # (a scenario rubric's) as own_property (docs/crm.md, run 25)
+    measured: bool = True  # the properties as measured on the whole answer (properties.MEASURED_FEATURES), moved
+    # only by the reading of their own property: nothing under criteria that name no property (docs/crm.md, run 25)
     reading_gain: float = 1.0  # the fitted gate's reading columns times this, once, after the fit: how far a
     # criterion the bank reads moves a whole leaderboard, which the pairwise fit leaves too timid (docs/crm.md)
 
@@ -101,6 +108,7 @@ class LinearConfig:
         if self.relevance:
             columns += [ROW_FEATURES.index(name) for name in TEXT_RELEVANCE_FEATURES]
         columns += GRADED_COLUMNS if graded and self.graded_answers else []
+        columns += [ROW_FEATURES.index(name) for name in MEASURED_FEATURES] if self.measured else []
         unknown = sorted(set(self.leave_out) - set(ROW_FEATURES))
         if unknown:
             raise ValueError(f"leave_out names unknown features {unknown}; choose from {', '.join(ROW_FEATURES)}")
@@ -318,8 +326,9 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
 
     theta0 = np.zeros(N_BUCKETS + k + k * dim + q)
     lower, upper = np.full(len(theta0), -np.inf), np.full(len(theta0), np.inf)
-    if config.reading_gate == "own_property" and reading_directions:
-        _bound_reading(lower, upper, columns, dim, reading_directions)
+    if config.reading_gate != "free" and reading_directions:
+        _bound_reading(lower, upper, columns, dim, reading_directions, config.reading_gate)
+    _bound_measured(lower, upper, columns, dim, len(reading_directions or ()))
     if config.signs:
         for position, column in enumerate(columns):
             sign = SIGNS.get(ROW_FEATURES[column], 0)
@@ -349,23 +358,39 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
                      int(result.nit), len(pairs), sources, [round(float(b), 6) for b in beta])
 
 
-def _bound_reading(lower: np.ndarray, upper: np.ndarray, columns: list[int], dim: int,
-                   directions: list[str]) -> None:
-    """reading_gate own_property: the gate cell of feature f and reading direction "P:more" may only be >= 0 when
-    f measures P, "P:less" only <= 0, and every other reading cell is 0 (theta's layout: fit_linear.unpack)."""
+def _bound_reading(lower: np.ndarray, upper: np.ndarray, columns: list[int], dim: int, directions: list[str],
+                   gate: str) -> None:
+    """The gate cell of feature f and reading column "P:more" may only be >= 0 when f measures P (PROPERTY_FEATURES,
+    or its MEASURED_FEATURES column alone: LinearConfig.reading_gate), "P:less" only <= 0, and every other reading
+    cell is 0 (theta's layout: fit_linear.unpack). A column labelled WISH + "P:…" is the wishes' half."""
+    from usl_assets.crm.criteria_prototypes import WISH
     from usl_assets.crm.properties import PROPERTY_FEATURES
 
     k, first = len(columns), dim - len(directions)
-    for position, column in enumerate(columns):
-        for j, label in enumerate(directions):
-            name, way = label.rsplit(":", 1)
+    for j, label in enumerate(directions):
+        name, way = label.removeprefix(WISH).rsplit(":", 1)
+        measured_only = gate == "measured" or (gate == "wish_measured" and label.startswith(WISH))
+        own = (f"measured_{name}",) if measured_only else PROPERTY_FEATURES.get(name, ())
+        for position, column in enumerate(columns):
             cell = N_BUCKETS + k + position * dim + first + j
-            if ROW_FEATURES[column] not in PROPERTY_FEATURES.get(name, ()):
+            if ROW_FEATURES[column] not in own:
                 lower[cell] = upper[cell] = 0.0
             elif way == "more":
                 lower[cell] = 0.0
             else:
                 upper[cell] = 0.0
+
+
+def _bound_measured(lower: np.ndarray, upper: np.ndarray, columns: list[int], dim: int, n_reading: int) -> None:
+    """MEASURED_FEATURES have no base coefficient and no gate cells on the criteria's embedding: only the reading
+    of their property moves them (a whole answer's length or bullets, filler included, must not earn reward that
+    the user did not ask for)."""
+    k = len(columns)
+    for position, column in enumerate(columns):
+        if ROW_FEATURES[column] in MEASURED_FEATURES:
+            lower[N_BUCKETS + position] = upper[N_BUCKETS + position] = 0.0
+            embedding = slice(N_BUCKETS + k + position * dim, N_BUCKETS + k + position * dim + dim - n_reading)
+            lower[embedding] = upper[embedding] = 0.0
 
 
 def config_dict(config: LinearConfig) -> dict:

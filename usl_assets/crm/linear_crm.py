@@ -82,8 +82,9 @@ class CriteriaEncoder:
             distinct = list(dict.fromkeys(line for profile in profiles for line in profile))
             readings = dict(zip(distinct, self.bank.read_lines(distinct, self.embed_lines)
                                 * self.bank.strengths(distinct)[:, None]))
-            rows = [np.concatenate([row, criteria_prototypes.profile_reading(
-                        np.stack([readings[line] for line in profile]))])
+            wishes = dict(zip(distinct, self.bank.wishes(distinct)))
+            rows = [np.concatenate([row, criteria_prototypes.profile_halves(
+                        np.stack([readings[line] for line in profile]), [wishes[line] for line in profile])])
                     for row, profile in zip(rows, profiles)]
         return np.stack(rows) if rows else np.zeros((0, 1))
 
@@ -143,14 +144,15 @@ def train_linear(pairs: pd.DataFrame, backbone: Backbone, train_config, folder: 
         graded = GradedAnswers.build(graded_answers)
         log(f"graded answers: {len(graded):,} judged answers to {len(set(graded.prompt_keys)):,} prompts")
     fitted = linear.fit_linear(pairs, vectors, config, criteria_key, log=log, deadline=deadline, graded=graded,
-                               reading_directions=encoder.bank.directions)
+                               reading_directions=encoder.bank.reading_columns)
     extra = {"criteria_max_length": encoder.max_length, "config": linear.config_dict(config),
              "weight_by_source": fitted.weight_by_source, "judge_style_beta": fitted.style_beta}
     fitted.weights.save(folder, extra)
     twin_config = linear.LinearConfig(iterations=config.iterations, ngrams=False, features="length",
-                                      source_weights=config.source_weights, supported_view=False)
+                                      source_weights=config.source_weights, supported_view=False,
+                                      reading_gate="own_property")  # it has no MEASURED_FEATURES for a wish to move
     twin = linear.fit_linear(pairs, vectors, twin_config, criteria_key, log=log, deadline=deadline,
-                             reading_directions=encoder.bank.directions)
+                             reading_directions=encoder.bank.reading_columns)
     encoder.bank.emphasized = True
     encoder.bank.save(folder)
     (folder / LENGTH_ONLY_DIR).mkdir(exist_ok=True)

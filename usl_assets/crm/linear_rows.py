@@ -9,13 +9,14 @@ from scipy import sparse
 from usl_assets.crm import feature_workers
 from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES, degeneration_matrix, feature_matrix
 from usl_assets.crm.graded_answers import GradedAnswers
+from usl_assets.crm.properties import MEASURED_FEATURES, measured_matrix
 from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, relevance_and_views
 
 N_BUCKETS = 2**18
 # Read from the judge's graded answers to the same prompt (crm/graded_answers.py, crm/relevance.py).
 GRADED_FEATURES = ("graded_answers", "graded_best_match")
 # The columns after the n-gram score in a response row.
-ROW_FEATURES = (*FEATURE_NAMES, *DEGENERATION_FEATURES, *TEXT_RELEVANCE_FEATURES, *GRADED_FEATURES)
+ROW_FEATURES = (*FEATURE_NAMES, *DEGENERATION_FEATURES, *TEXT_RELEVANCE_FEATURES, *GRADED_FEATURES, *MEASURED_FEATURES)
 GRADED_COLUMNS = [ROW_FEATURES.index(name) for name in GRADED_FEATURES]
 GRADED_COLUMN = GRADED_COLUMNS[0]
 
@@ -34,7 +35,9 @@ def raw_features(prompts: list[str], texts: list[str], graded: np.ndarray, suppo
     (crm/relevance.supported_text: no filler, restatements or empty headings), else the answers. `graded`: the
     GRADED_FEATURES columns (zeros where there are no graded answers). The degeneration features read the answers'
     repeats and the view's prompt copy and prompt terms (filler would dilute an echo's copy share); the relevance
-    features read the answers themselves. common: the stems no chain of support goes through. The rows are
+    features read the answers themselves, and so do the MEASURED_FEATURES (crm/properties.py: each property as
+    the user's criteria and leaderboard.criteria_fidelity measure it). common: the stems no chain of support goes
+    through. The rows are
     computed on every core (crm/feature_workers.py), with the same numbers as one pass."""
     graded = np.asarray(graded).reshape(len(texts), len(GRADED_FEATURES))
     parts = feature_workers.map_chunks(_raw_feature_rows, len(texts), (list(prompts), list(texts), graded),
@@ -54,7 +57,7 @@ def _raw_feature_rows(prompts: list[str], texts: list[str], graded: np.ndarray, 
                       common: frozenset) -> tuple[np.ndarray, list[str]]:
     relevance, views = relevance_and_views(prompts, texts, supported_view, common)
     return np.concatenate([feature_matrix(views), degeneration_matrix(prompts, texts, views), relevance,
-                           graded], axis=1), views
+                           graded, measured_matrix(texts)], axis=1), views
 
 
 def graded_matrix(graded: GradedAnswers | None, prompts: list[str], texts: list[str],
