@@ -168,8 +168,8 @@ def main() -> None:
     train = pairs[pairs["split"] == "train"].reset_index(drop=True)
     graded = graded_answers.GradedAnswers.build(graded_table)
     encoder = linear_crm.CriteriaEncoder(resolve_backbone("minilm", home / "models" / "backbones"), 128)
-    if not args.no_prototypes:
-        encoder.with_training_bank()
+    if not args.no_prototypes:  # as linear_crm.train_linear reads them: rubric lines calibrated, wishes apart
+        encoder.with_training_bank().bank.calibrated = linear_crm.calibrated_lines(train)
 
     def vectors_of(profile: tuple) -> np.ndarray:
         return encoder.embed([profile])[0]
@@ -191,7 +191,11 @@ def main() -> None:
         if reading is not None:
             criteria_prototypes.PROFILE_READING = reading
             variant = f"{variant} (profile reading {reading})"
+        if encoder.bank:
+            encoder.bank.emphasized = False  # the fit reads every line at its own strength, scoring emphasizes wishes
         vectors = dict(zip(profiles, encoder.embed(list(profiles.values()))))
+        if encoder.bank:
+            encoder.bank.emphasized = True
         config = replace(linear.LinearConfig(), **parse_variant(variant.split(" (")[0]))
         weights = linear.fit_linear(train, vectors, config, linear_crm.criteria_key, log=lambda _: None,
                                     graded=graded, reading_directions=encoder.bank.reading_columns if encoder.bank
