@@ -51,7 +51,7 @@ def memoized_rows(function):
 
 
 os.environ.setdefault(feature_workers.WORKERS_ENV, "1")  # the memos below must live in this process
-for _name in ("feature_matrix", "degeneration_matrix"):
+for _name in ("answer_features", "degeneration_matrix"):
     setattr(linear_rows, _name, memoized_rows(getattr(linear_rows, _name)))
 
 

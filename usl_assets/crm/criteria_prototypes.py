@@ -242,7 +242,7 @@ class PrototypeBank:
         """Per line, how strongly its reading counts: 1 for a calibrated line, EMPHASIS for any other."""
         if self.calibrated is None or not self.emphasized:
             return np.ones(len(lines))
-        return np.array([1.0 if line in self.calibrated else EMPHASIS for line in lines])
+        return np.where(self.wishes(lines), EMPHASIS, 1.0)
 
     def read_lines(self, lines: list[str], embed) -> np.ndarray:
         """Per criterion line, its reading: per direction, the strongest of its parts' (`sides`); an unwanted part

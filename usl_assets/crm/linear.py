@@ -42,9 +42,10 @@ from scipy import sparse
 from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES
 from usl_assets.crm.gaming_pairs import LABEL_KIND as GAMING_LABEL
 from usl_assets.crm.graded_answers import GradedAnswers
-from usl_assets.crm.properties import MEASURED_FEATURES
+from usl_assets.crm.criteria_prototypes import WISH
 from usl_assets.crm.linear_rows import (GRADED_COLUMN, GRADED_COLUMNS, N_BUCKETS, ROW_FEATURES, feature_name_rows,
                                         graded_matrix, ngram_matrix, raw_features)
+from usl_assets.crm.properties import MEASURED_FEATURE, MEASURED_FEATURES, PROPERTY_FEATURES
 from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, common_stems
 from usl_assets.settings import StaleCheckpoint
 
@@ -236,6 +237,9 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     if config.reading_gate != "free" and reading_directions is None:
         raise ValueError("reading_gate own_property needs the criteria vectors' reading_directions ([] where the "
                          "vectors carry no prototype reading)")
+    if config.reading_gate in ("measured", "wish_measured") and not config.measured:
+        raise ValueError(f"reading_gate {config.reading_gate} moves the MEASURED_FEATURES: it needs "
+                         "measured=True")
     if config.judge_nuisance not in JUDGE_NUISANCES:
         raise ValueError(f"judge_nuisance must be one of {', '.join(JUDGE_NUISANCES)}, not {config.judge_nuisance!r}")
     graded = graded if graded is not None and len(graded) and config.graded_answers else None
@@ -363,14 +367,11 @@ def _bound_reading(lower: np.ndarray, upper: np.ndarray, columns: list[int], dim
     """The gate cell of feature f and reading column "P:more" may only be >= 0 when f measures P (PROPERTY_FEATURES,
     or its MEASURED_FEATURES column alone: LinearConfig.reading_gate), "P:less" only <= 0, and every other reading
     cell is 0 (theta's layout: fit_linear.unpack). A column labelled WISH + "P:…" is the wishes' half."""
-    from usl_assets.crm.criteria_prototypes import WISH
-    from usl_assets.crm.properties import PROPERTY_FEATURES
-
     k, first = len(columns), dim - len(directions)
     for j, label in enumerate(directions):
         name, way = label.removeprefix(WISH).rsplit(":", 1)
         measured_only = gate == "measured" or (gate == "wish_measured" and label.startswith(WISH))
-        own = (f"measured_{name}",) if measured_only else PROPERTY_FEATURES.get(name, ())
+        own = (MEASURED_FEATURE.get(name),) if measured_only else PROPERTY_FEATURES.get(name, ())
         for position, column in enumerate(columns):
             cell = N_BUCKETS + k + position * dim + first + j
             if ROW_FEATURES[column] not in own:

@@ -7,9 +7,10 @@ import numpy as np
 from scipy import sparse
 
 from usl_assets.crm import feature_workers
-from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES, degeneration_matrix, feature_matrix
+from usl_assets.crm.features import (DEGENERATION_FEATURES, FEATURE_NAMES, degeneration_matrix, feature_matrix,
+                                     features_from_counts, response_counts)
 from usl_assets.crm.graded_answers import GradedAnswers
-from usl_assets.crm.properties import MEASURED_FEATURES, measured_matrix
+from usl_assets.crm.properties import MEASURED_FEATURES, measured_row
 from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, relevance_and_views
 
 N_BUCKETS = 2**18
@@ -37,8 +38,7 @@ def raw_features(prompts: list[str], texts: list[str], graded: np.ndarray, suppo
     repeats and the view's prompt copy and prompt terms (filler would dilute an echo's copy share); the relevance
     features read the answers themselves, and so do the MEASURED_FEATURES (crm/properties.py: each property as
     the user's criteria and leaderboard.criteria_fidelity measure it). common: the stems no chain of support goes
-    through. The rows are
-    computed on every core (crm/feature_workers.py), with the same numbers as one pass."""
+    through. The rows are computed on every core (crm/feature_workers.py), with the same numbers as one pass."""
     graded = np.asarray(graded).reshape(len(texts), len(GRADED_FEATURES))
     parts = feature_workers.map_chunks(_raw_feature_rows, len(texts), (list(prompts), list(texts), graded),
                                        (supported_view, common))
@@ -56,8 +56,20 @@ def feature_name_rows(texts: list[str]) -> np.ndarray:
 def _raw_feature_rows(prompts: list[str], texts: list[str], graded: np.ndarray, supported_view: bool,
                       common: frozenset) -> tuple[np.ndarray, list[str]]:
     relevance, views = relevance_and_views(prompts, texts, supported_view, common)
-    return np.concatenate([feature_matrix(views), degeneration_matrix(prompts, texts, views), relevance,
-                           graded, measured_matrix(texts)], axis=1), views
+    counted = answer_features(texts, views)
+    return np.concatenate([counted[:, :len(FEATURE_NAMES)], degeneration_matrix(prompts, texts, views), relevance,
+                           graded, counted[:, len(FEATURE_NAMES):]], axis=1), views
+
+
+def answer_features(texts: list, views: list) -> np.ndarray:
+    """Per answer, the FEATURE_NAMES of its view, then the MEASURED_FEATURES of the whole answer (float32); an
+    answer whose view is the answer itself (most are) is counted once."""
+    rows = []
+    for text, view in zip(texts, views):
+        whole = response_counts(text)
+        seen = whole if view == text else response_counts(view)
+        rows.append([*features_from_counts(seen).values(), *measured_row(whole)])
+    return np.asarray(rows, dtype=np.float32).reshape(len(rows), len(FEATURE_NAMES) + len(MEASURED_FEATURES))
 
 
 def graded_matrix(graded: GradedAnswers | None, prompts: list[str], texts: list[str],

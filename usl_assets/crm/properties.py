@@ -10,7 +10,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from usl_assets.crm.features import formality_score, response_counts
@@ -159,20 +158,14 @@ _VALUES: dict[str, Callable[[dict], float]] = {
 # What a property measure reads as a linear CRM feature (`measured_<property>`, crm/linear_rows.py): log(1 + x) of
 # the counts, the shares and 0/1 measures as they are, so one answer with forty bullets does not outweigh the rest.
 _SHARES = ("numbers", "formality", "direct_answer")
-MEASURED_FEATURES = tuple(f"measured_{name}" for name in _VALUES)
+MEASURED_FEATURE = {name: f"measured_{name}" for name in _VALUES}  # property -> its MEASURED_FEATURES column
+MEASURED_FEATURES = tuple(MEASURED_FEATURE.values())
 
 
 def measured_row(counts: dict) -> list[float]:
     """One answer's MEASURED_FEATURES: each property_value, log(1 + x) but for the shares and 0/1 measures."""
     return [property_value(name, counts) if name in _SHARES else math.log1p(max(property_value(name, counts), 0.0))
             for name in _VALUES]
-
-
-def measured_matrix(texts: list) -> np.ndarray:
-    """One row of MEASURED_FEATURES per text (the whole answer, filler included: what the user's criteria and
-    leaderboard.criteria_fidelity measure)."""
-    rows = [measured_row(response_counts(text)) for text in texts]
-    return np.asarray(rows, dtype=np.float32).reshape(len(rows), len(MEASURED_FEATURES))
 
 
 def property_value(name: str, counts: dict) -> float:
@@ -186,21 +179,22 @@ def property_value(name: str, counts: dict) -> float:
 
 
 # property -> the linear CRM features that measure it, each rising with the property: features.FEATURE_NAMES (of
-# the answer's supported view) and its MEASURED_FEATURES column (of the whole answer)
-PROPERTY_FEATURES: dict[str, tuple[str, ...]] = {
-    "length": ("log_words", "log_chars", "measured_length"),
-    "structure": ("log_list_items", "list_line_ratio", "log_headings", "measured_structure"),
-    "code": ("log_code_blocks", "code_line_ratio", "log_inline_code", "measured_code"),
-    "numbers": ("digit_ratio", "measured_numbers"),
-    "questions": ("log_questions", "measured_questions"),
-    "emphasis": ("log_bold_marks", "measured_emphasis"),
-    "paragraphs": ("log_paragraphs", "measured_paragraphs"),
-    "sentence_length": ("avg_sentence_words", "measured_sentence_length"),
-    "examples": ("log_example_markers", "measured_examples"),
-    "steps": ("log_step_markers", "measured_steps"),
-    "formality": ("formality", "measured_formality"),
-    "direct_answer": ("direct_opening", "measured_direct_answer"),
+# the answer's supported view), then its MEASURED_FEATURES column (of the whole answer)
+_VIEW_FEATURES: dict[str, tuple[str, ...]] = {
+    "length": ("log_words", "log_chars"),
+    "structure": ("log_list_items", "list_line_ratio", "log_headings"),
+    "code": ("log_code_blocks", "code_line_ratio", "log_inline_code"),
+    "numbers": ("digit_ratio",),
+    "questions": ("log_questions",),
+    "emphasis": ("log_bold_marks",),
+    "paragraphs": ("log_paragraphs",),
+    "sentence_length": ("avg_sentence_words",),
+    "examples": ("log_example_markers",),
+    "steps": ("log_step_markers",),
+    "formality": ("formality",),
+    "direct_answer": ("direct_opening",),
 }
+PROPERTY_FEATURES = {name: (*features, MEASURED_FEATURE[name]) for name, features in _VIEW_FEATURES.items()}
 
 
 def _properties(book: PhrasingBook) -> dict[str, Property]:
