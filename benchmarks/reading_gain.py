@@ -9,10 +9,11 @@ criteria_prototypes.EMPHASIS, which a checkpoint from run 22 on already applies 
   reference claude-2, under the phrasings of `--phrasings` (crm/phrasings.py pools; default new_criteria: the
   last phrasing of each train family, never in a training row);
 - for the record, the same on each response pool under the held-out families' phrasings of the trained properties
-  (what leaderboard.criteria_fidelity measures at gain 1).
+  (what leaderboard.criteria_fidelity measures at gain 1), and with `--outside` under the wordings other people
+  wrote for criteria_reading.py (criteria_wordings_*.yaml: `blind` and `blind2` never read before measured).
 
     USL_DATA_DIR=../shared/data .venv/bin/python benchmarks/reading_gain.py [--home .usl] [--gains 1,2,3,4]
-        [--pools-only] [--oracle] [--by-property]
+        [--pools-only] [--oracle] [--by-property] [--outside]
 
 Needs a `make run` warehouse (published copy) and its linear checkpoint; a few minutes on 2 cores.
 """
@@ -33,6 +34,7 @@ from usl_assets.crm.splits import PairsConfig
 from usl_assets.leaderboards import fidelity as fidelity_audit
 from usl_assets.leaderboards.audit_assets import SAMPLED_ANSWERS
 
+from criteria_reading import OUTSIDE
 from judging_substance import DEV_PROMPTS, DEV_REFERENCE, dev_pool
 
 KEY = ["pool", "prompt_id", "model", "scenario", "scenario_group"]
@@ -46,8 +48,8 @@ def dev_answers(home: Path, pool_models: set[str]) -> pd.DataFrame:
 def fidelity(scorer, answers: pd.DataFrame, reference: str, phrasings: list[tuple[str, str, str]], gains: list[float],
              temperature: float, oracle: bool = False) -> pd.DataFrame:
     """(gain, property, direction, spearman) per phrasing (property, direction, text) and gain. oracle: each
-    phrasing's reading replaced by the direction it means at full strength, in the wishes' half (SCALE × EMPHASIS): what a perfect
-    reader of the words would reach with this checkpoint's gate."""
+    phrasing's reading replaced by the direction it means at full strength (SCALE × EMPHASIS, in the wishes' half):
+    what a perfect reader of the words would reach with this checkpoint's gate."""
     weights = scorer.weights
     rows = scorer.embed_responses(list(answers["prompt"]), list(answers["response"]))
     scaled = (rows[:, 1:][:, weights.columns].astype(float) - weights.feature_mean) / weights.feature_std
@@ -88,6 +90,8 @@ def main() -> None:
     parser.add_argument("--pools-only", action="store_true", help="skip the dev pool")
     parser.add_argument("--oracle", action="store_true",
                         help="also the pools' fidelity with each phrasing read as the direction it means")
+    parser.add_argument("--outside", action="store_true",
+                        help="also the pools' fidelity under criteria_reading.py's outside wordings, per set")
     parser.add_argument("--by-property", action="store_true",
                         help="also the pools' median Spearman per property and direction (columns: gains)")
     args = parser.parse_args()
@@ -105,7 +109,7 @@ def main() -> None:
                                "scenario = 'all' AND method = 'usl_soft'").df()
     if not args.pools_only:
         dev_measure(home, pool_models, scorer, args.phrasings, gains, temperature)
-    pool_measure(pools, ranked, standing, scorer, gains, temperature, args.oracle, args.by_property)
+    pool_measure(pools, ranked, standing, scorer, gains, temperature, args.oracle, args.by_property, args.outside)
     print(f"\n{time.perf_counter() - started:.0f} s")
 
 
@@ -126,10 +130,24 @@ def by_property(table: pd.DataFrame) -> str:
                              aggfunc="median").round(3).to_string()
 
 
-def pool_measure(pools, ranked, standing, scorer, gains, temperature, oracle: bool, per_property: bool) -> None:
+def outside_wordings(untrained: set[str]) -> dict[str, list[tuple[str, str, str]]]:
+    """set -> (property, direction, text) of criteria_reading.OUTSIDE's wordings of the trained properties."""
+    import yaml
+
+    found = {}
+    for name, path in OUTSIDE.items():
+        wordings = yaml.safe_load(path.read_text(encoding="utf-8"))
+        found[name] = [(*label.split(":"), text) for label, texts in wordings.items() for text in texts
+                       if label.split(":")[0] not in untrained]
+    return found
+
+
+def pool_measure(pools, ranked, standing, scorer, gains, temperature, oracle: bool, per_property: bool,
+                 outside: bool = False) -> None:
     untrained = set(PairsConfig().heldout_properties)
     held = [(name, direction, text) for name, direction, _, text in properties.heldout_phrasings()
             if name not in untrained]
+    others = outside_wordings(untrained) if outside else {}
     for pool, reference in pools:
         answers = ranked[pool]
         answers = answers[answers["model"].isin(standing[standing["pool"] == pool]["model"])].reset_index(drop=True)
@@ -144,6 +162,9 @@ def pool_measure(pools, ranked, standing, scorer, gains, temperature, oracle: bo
             print(summary(read_right).round(3).to_string())
             if per_property:
                 print(by_property(read_right))
+        for name, wordings in others.items():
+            print(f"{pool}: the {len(wordings)} wordings of {name} (criteria_wordings_{name}.yaml)")
+            print(summary(fidelity(scorer, answers, reference, wordings, gains, temperature)).round(3).to_string())
 
 
 if __name__ == "__main__":
