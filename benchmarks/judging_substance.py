@@ -26,8 +26,10 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pandas as pd
+from scipy.special import expit
 from scipy.stats import spearmanr
 
+import probes_under_wishes
 from graded_answers import parse_variant
 from usl_assets.crm import data, feature_workers, gaming, graded_answers, judge_pairs, linear, linear_crm, linear_rows
 from usl_assets.crm.backbones import resolve_backbone
@@ -136,7 +138,7 @@ def padding_paid_by(weights, vectors_of, source: pd.DataFrame, padded: pd.DataFr
 
 def soft_scores(frame: pd.DataFrame, rewards: np.ndarray, reference: str) -> pd.Series:
     wide = frame.assign(reward=rewards).pivot_table(index="prompt_id", columns="model", values="reward")
-    return (100 / (1 + np.exp(-wide.sub(wide[reference], axis=0)))).mean().sort_values(ascending=False)
+    return (100 * expit(wide.sub(wide[reference], axis=0))).mean().sort_values(ascending=False)
 
 
 def property_target(pool: pd.DataFrame, counts: list[dict], name: str) -> pd.Series:
@@ -224,6 +226,8 @@ def main() -> None:
             padded = probed[probed["model"] == "probe:padded"].sort_values("prompt_id")
             print(f"  padded probe vs its source, mean reward terms: "
                   f"{padding_paid_by(weights, vectors_of, source, padded)}")
+            wishes = probes_under_wishes.wish_report(weights, vectors_of, pool, reference)
+            print(f"  under blind wishes: {probes_under_wishes.summary(wishes)}")
             if pool_name == "alpaca_eval":
                 external, names = validity.load_external_rankings(data_root), validity.load_name_map(data_root)
                 ours = validity.to_external_names(scores, "lmarena_2025", external["lmarena_2025"], names)

@@ -8,9 +8,9 @@ from usl_assets.crm.data_assets import EXCLUDED_TABLE, PAIRS_TABLE, crm_training
 from usl_assets.crm.data_assets import defs as crm_data_defs
 from usl_assets.crm.features import FEATURE_NAMES, response_counts, response_features
 from usl_assets.crm.phrasings import CombinedCriterion
-from usl_assets.crm.properties import (COMBINED, HELDOUT_FAMILIES, MEASURED_FEATURES, PHRASINGS_FILE,
-                                       PROPERTY_FEATURES, TRAIN_FAMILIES, heldout_phrasings, load_properties,
-                                       measured_row, property_value)
+from usl_assets.crm.properties import (COMBINED, HELDOUT_FAMILIES, MEASURED_FEATURES, MEASURED_VIEW_FEATURES,
+                                       PHRASINGS_FILE, PROPERTY_FEATURES, TRAIN_FAMILIES, heldout_phrasings,
+                                       load_properties, measured_row, measured_view_row, property_value)
 from usl_assets.settings import UslConfigError
 from usl_assets_tests.crm_data_inputs import scenario_criteria_frame, tagged_preferences_frame
 
@@ -96,9 +96,11 @@ def test_property_value_and_property_features_rise_with_the_property():
     assert set(MONOTONE) == set(data.PROPERTIES) == set(PROPERTY_FEATURES)
     for name, (less, more) in MONOTONE.items():
         assert property_value(name, response_counts(less)) < property_value(name, response_counts(more)), name
-        assert all(feature in FEATURE_NAMES or feature == f"measured_{name}" for feature in PROPERTY_FEATURES[name])
+        assert all(feature in FEATURE_NAMES or feature in (f"measured_{name}", f"measured_view_{name}")
+                   for feature in PROPERTY_FEATURES[name])
         assert f"measured_{name}" in PROPERTY_FEATURES[name], name
-        low, high = ({**response_features(text), **dict(zip(MEASURED_FEATURES, measured_row(response_counts(text))))}
+        low, high = ({**response_features(text), **dict(zip(MEASURED_FEATURES, measured_row(response_counts(text)))),
+                      **dict(zip(MEASURED_VIEW_FEATURES, measured_view_row(response_counts(text))))}
                      for text in (less, more))
         assert high[f"measured_{name}"] > low[f"measured_{name}"], name
         assert all(high[f] >= low[f] for f in PROPERTY_FEATURES[name]), name

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from usl_assets.crm import criteria_prototypes, data, evaluate, features, linear, linear_rows, properties
+from usl_assets.crm import criteria_prototypes, data, evaluate, features, gaming, linear, linear_rows, properties
 from usl_assets.crm.backbones import resolve_backbone
 from usl_assets.crm.interface import ScoreItem
 from usl_assets.crm.linear import TrainingTimeLimit
@@ -252,18 +252,20 @@ def test_a_criterion_read_as_less_of_a_property_never_pays_for_more_of_it(table)
 
 
 def test_a_property_measured_on_the_whole_answer_moves_only_with_its_reading(table):
-    """properties.MEASURED_FEATURES: where the answer with a bullet list added always wins under a wish read as
-    "structure:more", the whole answer's measured structure is paid for under that reading, and (reading_gate
+    """properties.MEASURED_FEATURES: where the answer with a bullet list added always loses under a wish read as
+    "structure:less", the whole answer's measured structure is paid for under that reading, and (reading_gate
     wish_measured) nothing else is; it has no base coefficient and no cells on the criteria's embedding, so criteria
-    read as no property leave it at zero."""
+    read as no property leave it at zero. What a wish for more structure learns on the whole answer it pays, after
+    the fit, on the structure of the answer's supported view (linear._more_wishes_on_view)."""
     held = table[(table["split"] == "train") & (table["augmentation"] == "original")].head(60)
     bullets = "\n\n- one point\n- another point\n- a third point"
-    pairs = pd.DataFrame({"prompt": held["prompt"], "chosen": [f"{a}{bullets}" for a in held["chosen"]],
-                          "rejected": held["chosen"], "criteria": [("Use bullet points.",)] * len(held),
-                          "source": "autoj", "label_kind": "human", "soft_label": 1.0})
+    pairs = pd.DataFrame({"prompt": held["prompt"], "chosen": held["chosen"],
+                          "rejected": [f"{a}{bullets}" for a in held["chosen"]],
+                          "criteria": [("No bullets.",)] * len(held), "source": "autoj", "label_kind": "human",
+                          "soft_label": 1.0})
     wish = criteria_prototypes.WISH
     directions = ["structure:more", "structure:less", f"{wish}structure:more", f"{wish}structure:less"]
-    vectors = {"c": np.array([0.5, 0.5, 0.0, 0.0, 4.0, 0.0])}  # a wish for structure
+    vectors = {"c": np.array([0.5, 0.5, 0.0, 0.0, 0.0, 4.0])}  # a wish for less structure
 
     def fitted(gate: str) -> tuple[linear.LinearWeights, list[str]]:
         weights = linear.fit_linear(pairs, vectors, linear.LinearConfig(iterations=40, ngrams=False, reading_gate=gate),
@@ -271,14 +273,46 @@ def test_a_property_measured_on_the_whole_answer_moves_only_with_its_reading(tab
         return weights, [linear_rows.ROW_FEATURES[c] for c in weights.columns]
 
     weights, names = fitted("wish_measured")  # the default
-    measured = [names.index(name) for name in properties.MEASURED_FEATURES]
+    measured = [names.index(name) for name in (*properties.MEASURED_FEATURES, *properties.MEASURED_VIEW_FEATURES)]
     assert not weights.v[measured].any() and not weights.gate[measured, :2].any()
-    assert weights.coefficients(vectors["c"])[names.index("measured_structure")] > 0.01
+    assert weights.coefficients(vectors["c"])[names.index("measured_structure")] < -0.01
     others = [i for i in range(len(names)) if i not in measured]
     assert not weights.gate[others, 4:].any()  # a wish moves the property as measured, nothing else
+    assert not np.delete(weights.gate[:, 5], names.index("measured_structure")).any()
     assert not weights.coefficients(np.array([0.5, 0.5, 0.0, 0.0, 0.0, 0.0]))[measured].any()
     own, names = fitted("own_property")  # a wish may also move the answer view's list features
-    assert own.gate[names.index("log_list_items"), 4] > 0.01
+    assert own.gate[names.index("log_list_items"), 5] < -0.01
+    swapped = pairs.assign(chosen=pairs["rejected"], rejected=pairs["chosen"])
+    vectors["c"] = np.array([0.5, 0.5, 0.0, 0.0, 4.0, 0.0])  # a wish for more structure: the bullets win
+
+    def fitted_more(on_view: bool) -> np.ndarray:
+        config = linear.LinearConfig(iterations=40, ngrams=False, more_wishes_on_view=on_view)
+        fit = linear.fit_linear(swapped, vectors, config, lambda _: "c", log=lambda _: None,
+                                reading_directions=directions).weights
+        return fit.gate[:, 4], fit.feature_std
+
+    on_whole, std = fitted_more(False)
+    on_view, _ = fitted_more(True)
+    whole, view = names.index("measured_structure"), names.index("measured_view_structure")
+    assert on_whole[whole] > 0.01 and on_whole[view] == 0
+    assert on_view[whole] == 0 and on_view[view] == pytest.approx(on_whole[whole] * std[view] / std[whole])
+    assert not np.delete(on_view, view).any()
     counts = features.response_counts(f"Intro.{bullets}\n# A heading")
     assert properties.measured_row(counts)[properties.MEASURED_FEATURES.index("measured_structure")] == pytest.approx(
         np.log1p(4))
+
+
+def test_padding_earns_no_measured_structure_on_the_view():
+    """The padded answer (crm/gaming.py: headings, bold summary bullets, filler) has more structure, bold and
+    length as a whole, so a wish for less of them counts it against it; its supported view, which a wish for more
+    reads (properties.MEASURED_VIEW_FEATURES), has no more structure or bold than the answer it pads."""
+    prompt = "How do I keep basil alive on a windowsill?"
+    answer = ("Keep basil on a sunny windowsill with six hours of light. Water the basil when the soil feels dry, "
+              "and pinch the basil tips so the plant grows bushy.")
+    padded = gaming.padded(answer, "heldout", 0, "basil")
+    rows, _ = linear_rows.raw_features([prompt, prompt], [answer, padded], np.zeros((2, 2)), True)
+    column = {name: rows[:, linear_rows.ROW_FEATURES.index(name)] for name in linear_rows.ROW_FEATURES}
+    for name in ("structure", "emphasis", "length"):
+        assert column[f"measured_{name}"][1] > column[f"measured_{name}"][0], name
+    for name in ("structure", "emphasis"):
+        assert column[f"measured_view_{name}"][1] == column[f"measured_view_{name}"][0], name

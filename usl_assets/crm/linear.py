@@ -14,11 +14,12 @@ features up, so a flipped criterion flips the preference. The part of W that rea
 (crm/criteria_prototypes.py: one column per property direction, a half for the scenario rubrics' lines and one for
 the user's wishes) is bounded (`reading_gate` wish_measured): a direction moves only its own property's features,
 up for "more", down for "less", and a wish only the property as measured on the whole answer
-(properties.MEASURED_FEATURES, which nothing else moves), so what the reading says is what the reward does (a free
-W mixed the directions: docs/crm.md, dev runs 19 and 25). h and the crm/features.py features
-read the answer's view (`supported_view`: without the sentences tied to nothing in the prompt, restatements and
-empty headings), so filler earns no length, bullets or bold marks; the unsupported sentences' own features keep
-the sign SIGNS gives.
+(properties.MEASURED_FEATURES, which nothing else moves; after the fit a wish for more length, structure, bold or
+paragraphs pays for them as measured on the answer's supported view, so padding does not buy them), so what the
+reading says is what the reward does (a free W mixed the directions: docs/crm.md, dev runs 19, 25 and 26). h and
+the crm/features.py features read the answer's view (`supported_view`: without the sentences tied to nothing in
+the prompt, restatements and empty headings), so filler earns no length, bullets or bold marks; the unsupported
+sentences' own features keep the sign SIGNS gives.
 
 Training minimizes the soft Bradley–Terry loss −[y log σ(z) + (1 − y) log σ(−z)] with y the probability that
 `chosen` wins (the judge's own for AI-judge pairs, 1 for human and criteria-defined rows), per-source weights, and
@@ -45,10 +46,12 @@ from usl_assets.crm.graded_answers import GradedAnswers
 from usl_assets.crm.criteria_prototypes import WISH
 from usl_assets.crm.linear_rows import (GRADED_COLUMN, GRADED_COLUMNS, N_BUCKETS, ROW_FEATURES, feature_name_rows,
                                         graded_matrix, ngram_matrix, raw_features)
-from usl_assets.crm.properties import MEASURED_FEATURE, MEASURED_FEATURES, PROPERTY_FEATURES
+from usl_assets.crm.properties import (MEASURED_FEATURE, MEASURED_FEATURES, MEASURED_VIEW_FEATURE, MEASURED_VIEW_FEATURES,
+                                       PROPERTY_FEATURES)
 from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, common_stems
 from usl_assets.settings import StaleCheckpoint
 
+MEASURED = (*MEASURED_FEATURES, *MEASURED_VIEW_FEATURES)  # moved only by the reading of their property
 LENGTH_FEATURES = ("log_words", "log_chars")
 MARKDOWN_FEATURES = ("log_headings", "log_bold_marks", "log_list_items", "list_line_ratio")
 JUDGE_NUISANCES = ("style", "length", "none")
@@ -97,6 +100,9 @@ class LinearConfig:
     # (a scenario rubric's) as own_property (docs/crm.md, run 25)
     measured: bool = True  # the properties as measured on the whole answer (properties.MEASURED_FEATURES), moved
     # only by the reading of their own property: nothing under criteria that name no property (docs/crm.md, run 25)
+    more_wishes_on_view: bool = True  # after the fit, a wish for more length, structure, bold or paragraphs pays
+    # for them as measured on the answer's supported view, not the whole answer (`_more_wishes_on_view`); needs
+    # measured=True
     reading_gain: float = 1.0  # the fitted gate's reading columns times this, once, after the fit: how far a
     # criterion the bank reads moves a whole leaderboard, which the pairwise fit leaves too timid (docs/crm.md)
 
@@ -109,7 +115,7 @@ class LinearConfig:
         if self.relevance:
             columns += [ROW_FEATURES.index(name) for name in TEXT_RELEVANCE_FEATURES]
         columns += GRADED_COLUMNS if graded and self.graded_answers else []
-        columns += [ROW_FEATURES.index(name) for name in MEASURED_FEATURES] if self.measured else []
+        columns += [ROW_FEATURES.index(name) for name in MEASURED] if self.measured else []
         unknown = sorted(set(self.leave_out) - set(ROW_FEATURES))
         if unknown:
             raise ValueError(f"leave_out names unknown features {unknown}; choose from {', '.join(ROW_FEATURES)}")
@@ -351,6 +357,8 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     if reading_directions and config.reading_gain != 1.0:
         gate = gate.copy()
         gate[:, dim - len(reading_directions):] *= config.reading_gain
+    if reading_directions and config.more_wishes_on_view:
+        gate = _more_wishes_on_view(gate, columns, std, reading_directions)
     log(f"linear CRM ({config.features} features{', n-grams' if config.ngrams else ''}): {len(pairs):,} rows, "
         f"{result.nit} L-BFGS iterations, loss {result.fun:.4f}, judge {config.judge_nuisance} coefficients "
         f"β={np.round(beta, 3).tolist()}")
@@ -371,7 +379,8 @@ def _bound_reading(lower: np.ndarray, upper: np.ndarray, columns: list[int], dim
     for j, label in enumerate(directions):
         name, way = label.removeprefix(WISH).rsplit(":", 1)
         measured_only = gate == "measured" or (gate == "wish_measured" and label.startswith(WISH))
-        own = (MEASURED_FEATURE.get(name),) if measured_only else PROPERTY_FEATURES.get(name, ())
+        own = ((MEASURED_FEATURE[name],) if measured_only
+               else tuple(f for f in PROPERTY_FEATURES.get(name, ()) if f not in MEASURED_VIEW_FEATURES))
         for position, column in enumerate(columns):
             cell = N_BUCKETS + k + position * dim + first + j
             if ROW_FEATURES[column] not in own:
@@ -382,13 +391,32 @@ def _bound_reading(lower: np.ndarray, upper: np.ndarray, columns: list[int], dim
                 upper[cell] = 0.0
 
 
+def _more_wishes_on_view(gate: np.ndarray, columns: list[int], std: np.ndarray, directions: list[str]) -> np.ndarray:
+    """After the fit: what a wish for more of a padded property (properties.MEASURED_VIEW_FEATURE) learned to pay
+    per unit of the whole answer's measure, it pays per unit of the supported view's (the standardized cell rescaled
+    by the two columns' spreads), so the padding's headings, bold bullets and filler buy nothing under "use bullet
+    points". The fit reads the whole answer, as the labels do: fitting on the view moved the default leaderboard
+    (docs/crm.md, run 26)."""
+    gate, names = gate.copy(), [ROW_FEATURES[c] for c in columns]
+    first = gate.shape[1] - len(directions)
+    for j, label in enumerate(directions):
+        name, way = label.removeprefix(WISH).rsplit(":", 1)
+        if not label.startswith(WISH) or way != "more" or MEASURED_VIEW_FEATURE.get(name) not in names \
+                or MEASURED_FEATURE[name] not in names:  # e.g. the length-only twin has neither column
+            continue
+        whole, view = names.index(MEASURED_FEATURE[name]), names.index(MEASURED_VIEW_FEATURE[name])
+        gate[view, first + j] = gate[whole, first + j] * std[view] / std[whole]
+        gate[whole, first + j] = 0.0
+    return gate
+
+
 def _bound_measured(lower: np.ndarray, upper: np.ndarray, columns: list[int], dim: int, n_reading: int) -> None:
-    """MEASURED_FEATURES have no base coefficient and no gate cells on the criteria's embedding: only the reading
-    of their property moves them (a whole answer's length or bullets, filler included, must not earn reward that
-    the user did not ask for)."""
+    """MEASURED_FEATURES and MEASURED_VIEW_FEATURES have no base coefficient and no gate cells on the criteria's
+    embedding: only the reading of their property moves them (a whole answer's length or bullets, filler included,
+    must not earn reward that the user did not ask for)."""
     k = len(columns)
     for position, column in enumerate(columns):
-        if ROW_FEATURES[column] in MEASURED_FEATURES:
+        if ROW_FEATURES[column] in MEASURED:
             lower[N_BUCKETS + position] = upper[N_BUCKETS + position] = 0.0
             embedding = slice(N_BUCKETS + k + position * dim, N_BUCKETS + k + position * dim + dim - n_reading)
             lower[embedding] = upper[embedding] = 0.0

@@ -10,14 +10,15 @@ from usl_assets.crm import feature_workers
 from usl_assets.crm.features import (DEGENERATION_FEATURES, FEATURE_NAMES, degeneration_matrix, feature_matrix,
                                      features_from_counts, response_counts)
 from usl_assets.crm.graded_answers import GradedAnswers
-from usl_assets.crm.properties import MEASURED_FEATURES, measured_row
+from usl_assets.crm.properties import MEASURED_FEATURES, MEASURED_VIEW_FEATURES, measured_row, measured_view_row
 from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, relevance_and_views
 
 N_BUCKETS = 2**18
 # Read from the judge's graded answers to the same prompt (crm/graded_answers.py, crm/relevance.py).
 GRADED_FEATURES = ("graded_answers", "graded_best_match")
 # The columns after the n-gram score in a response row.
-ROW_FEATURES = (*FEATURE_NAMES, *DEGENERATION_FEATURES, *TEXT_RELEVANCE_FEATURES, *GRADED_FEATURES, *MEASURED_FEATURES)
+ROW_FEATURES = (*FEATURE_NAMES, *DEGENERATION_FEATURES, *TEXT_RELEVANCE_FEATURES, *GRADED_FEATURES, *MEASURED_FEATURES,
+                *MEASURED_VIEW_FEATURES)
 GRADED_COLUMNS = [ROW_FEATURES.index(name) for name in GRADED_FEATURES]
 GRADED_COLUMN = GRADED_COLUMNS[0]
 
@@ -37,8 +38,8 @@ def raw_features(prompts: list[str], texts: list[str], graded: np.ndarray, suppo
     GRADED_FEATURES columns (zeros where there are no graded answers). The degeneration features read the answers'
     repeats and the view's prompt copy and prompt terms (filler would dilute an echo's copy share); the relevance
     features read the answers themselves, and so do the MEASURED_FEATURES (crm/properties.py: each property as
-    the user's criteria and leaderboard.criteria_fidelity measure it). common: the stems no chain of support goes
-    through. The rows are computed on every core (crm/feature_workers.py), with the same numbers as one pass."""
+    the user's criteria and leaderboard.criteria_fidelity measure it); the MEASURED_VIEW_FEATURES read the view.
+    common: the stems no chain of support goes through. The rows are computed on every core (crm/feature_workers.py), with the same numbers as one pass."""
     graded = np.asarray(graded).reshape(len(texts), len(GRADED_FEATURES))
     parts = feature_workers.map_chunks(_raw_feature_rows, len(texts), (list(prompts), list(texts), graded),
                                        (supported_view, common))
@@ -62,14 +63,16 @@ def _raw_feature_rows(prompts: list[str], texts: list[str], graded: np.ndarray, 
 
 
 def answer_features(texts: list, views: list) -> np.ndarray:
-    """Per answer, the FEATURE_NAMES of its view, then the MEASURED_FEATURES of the whole answer (float32); an
-    answer whose view is the answer itself (most are) is counted once."""
+    """Per answer, the FEATURE_NAMES of its view, the MEASURED_FEATURES of the whole answer, then the
+    MEASURED_VIEW_FEATURES of its view (float32); an answer whose view is the answer itself (most are) is counted
+    once."""
     rows = []
     for text, view in zip(texts, views):
         whole = response_counts(text)
         seen = whole if view == text else response_counts(view)
-        rows.append([*features_from_counts(seen).values(), *measured_row(whole)])
-    return np.asarray(rows, dtype=np.float32).reshape(len(rows), len(FEATURE_NAMES) + len(MEASURED_FEATURES))
+        rows.append([*features_from_counts(seen).values(), *measured_row(whole), *measured_view_row(seen)])
+    width = len(FEATURE_NAMES) + len(MEASURED_FEATURES) + len(MEASURED_VIEW_FEATURES)
+    return np.asarray(rows, dtype=np.float32).reshape(len(rows), width)
 
 
 def graded_matrix(graded: GradedAnswers | None, prompts: list[str], texts: list[str],

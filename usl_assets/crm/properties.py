@@ -162,10 +162,28 @@ MEASURED_FEATURE = {name: f"measured_{name}" for name in _VALUES}  # property ->
 MEASURED_FEATURES = tuple(MEASURED_FEATURE.values())
 
 
+# The properties that padding buys (headings, bold summary bullets, filler: crm/gaming.py): a wish for MORE of one
+# is scored on the answer's supported view (crm/relevance.supported_text), `measured_view_<property>`, so filler
+# bullets do not satisfy "use bullet points"; a wish for less reads the whole answer, padding included
+# (crm/linear.py `_more_wishes_on_view`, docs/crm.md run 26).
+PADDED_PROPERTIES = ("length", "structure", "emphasis", "paragraphs")
+MEASURED_VIEW_FEATURE = {name: f"measured_view_{name}" for name in PADDED_PROPERTIES}
+MEASURED_VIEW_FEATURES = tuple(MEASURED_VIEW_FEATURE.values())
+
+
+def _measured(name: str, counts: dict) -> float:
+    value = property_value(name, counts)
+    return value if name in _SHARES else math.log1p(max(value, 0.0))
+
+
 def measured_row(counts: dict) -> list[float]:
     """One answer's MEASURED_FEATURES: each property_value, log(1 + x) but for the shares and 0/1 measures."""
-    return [property_value(name, counts) if name in _SHARES else math.log1p(max(property_value(name, counts), 0.0))
-            for name in _VALUES]
+    return [_measured(name, counts) for name in _VALUES]
+
+
+def measured_view_row(view_counts: dict) -> list[float]:
+    """The MEASURED_VIEW_FEATURES of an answer's supported view, measured as measured_row does."""
+    return [_measured(name, view_counts) for name in PADDED_PROPERTIES]
 
 
 def property_value(name: str, counts: dict) -> float:
@@ -179,7 +197,8 @@ def property_value(name: str, counts: dict) -> float:
 
 
 # property -> the linear CRM features that measure it, each rising with the property: features.FEATURE_NAMES (of
-# the answer's supported view), then its MEASURED_FEATURES column (of the whole answer)
+# the answer's supported view), then its MEASURED_FEATURES column (of the whole answer) and, for PADDED_PROPERTIES,
+# its MEASURED_VIEW_FEATURES column
 _VIEW_FEATURES: dict[str, tuple[str, ...]] = {
     "length": ("log_words", "log_chars"),
     "structure": ("log_list_items", "list_line_ratio", "log_headings"),
@@ -194,7 +213,9 @@ _VIEW_FEATURES: dict[str, tuple[str, ...]] = {
     "formality": ("formality",),
     "direct_answer": ("direct_opening",),
 }
-PROPERTY_FEATURES = {name: (*features, MEASURED_FEATURE[name]) for name, features in _VIEW_FEATURES.items()}
+PROPERTY_FEATURES = {name: (*features, MEASURED_FEATURE[name], *((MEASURED_VIEW_FEATURE[name],)
+                                                                   if name in MEASURED_VIEW_FEATURE else ()))
+                     for name, features in _VIEW_FEATURES.items()}
 
 
 def _properties(book: PhrasingBook) -> dict[str, Property]:
