@@ -46,8 +46,8 @@ from usl_assets.crm.graded_answers import GradedAnswers
 from usl_assets.crm.criteria_prototypes import WISH
 from usl_assets.crm.linear_rows import (GRADED_COLUMN, GRADED_COLUMNS, N_BUCKETS, ROW_FEATURES, feature_name_rows,
                                         graded_matrix, ngram_matrix, raw_features)
-from usl_assets.crm.properties import (MEASURED_FEATURE, MEASURED_FEATURES, MEASURED_VIEW_FEATURE, MEASURED_VIEW_FEATURES,
-                                       PROPERTY_FEATURES)
+from usl_assets.crm.properties import (MEASURED_FEATURE, MEASURED_FEATURES, MEASURED_VIEW_FEATURE,
+                                       MEASURED_VIEW_FEATURES, PROPERTY_FEATURES)
 from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, common_stems
 from usl_assets.settings import StaleCheckpoint
 
@@ -101,8 +101,8 @@ class LinearConfig:
     measured: bool = True  # the properties as measured on the whole answer (properties.MEASURED_FEATURES), moved
     # only by the reading of their own property: nothing under criteria that name no property (docs/crm.md, run 25)
     more_wishes_on_view: bool = True  # after the fit, a wish for more length, structure, bold or paragraphs pays
-    # for them as measured on the answer's supported view, not the whole answer (`_more_wishes_on_view`); needs
-    # measured=True
+    # for them as measured on the answer's supported view, not the whole answer (`_more_wishes_on_view`); nothing
+    # without the measured columns (measured=False, the length-only twin)
     reading_gain: float = 1.0  # the fitted gate's reading columns times this, once, after the fit: how far a
     # criterion the bank reads moves a whole leaderboard, which the pairwise fit leaves too timid (docs/crm.md)
 
@@ -401,10 +401,10 @@ def _more_wishes_on_view(gate: np.ndarray, columns: list[int], std: np.ndarray, 
     first = gate.shape[1] - len(directions)
     for j, label in enumerate(directions):
         name, way = label.removeprefix(WISH).rsplit(":", 1)
-        if not label.startswith(WISH) or way != "more" or MEASURED_VIEW_FEATURE.get(name) not in names \
-                or MEASURED_FEATURE[name] not in names:  # e.g. the length-only twin has neither column
+        pair = (MEASURED_FEATURE[name], MEASURED_VIEW_FEATURE.get(name))
+        if not label.startswith(WISH) or way != "more" or not set(pair) <= set(names):
             continue
-        whole, view = names.index(MEASURED_FEATURE[name]), names.index(MEASURED_VIEW_FEATURE[name])
+        whole, view = names.index(pair[0]), names.index(pair[1])
         gate[view, first + j] = gate[whole, first + j] * std[view] / std[whole]
         gate[whole, first + j] = 0.0
     return gate

@@ -39,7 +39,8 @@ def raw_features(prompts: list[str], texts: list[str], graded: np.ndarray, suppo
     repeats and the view's prompt copy and prompt terms (filler would dilute an echo's copy share); the relevance
     features read the answers themselves, and so do the MEASURED_FEATURES (crm/properties.py: each property as
     the user's criteria and leaderboard.criteria_fidelity measure it); the MEASURED_VIEW_FEATURES read the view.
-    common: the stems no chain of support goes through. The rows are computed on every core (crm/feature_workers.py), with the same numbers as one pass."""
+    common: the stems no chain of support goes through. The rows are computed on every core
+    (crm/feature_workers.py), with the same numbers as one pass."""
     graded = np.asarray(graded).reshape(len(texts), len(GRADED_FEATURES))
     parts = feature_workers.map_chunks(_raw_feature_rows, len(texts), (list(prompts), list(texts), graded),
                                        (supported_view, common))
