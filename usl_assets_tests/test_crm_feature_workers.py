@@ -68,3 +68,24 @@ def test_a_bad_worker_count_is_one_clear_line(monkeypatch, value):
     monkeypatch.setenv(feature_workers.WORKERS_ENV, value)
     with pytest.raises(UslConfigError, match=feature_workers.WORKERS_ENV):
         feature_workers.workers()
+
+
+def test_workers_started_first_hold_no_pipe_opened_after(monkeypatch):
+    """A pipe opened after start() reaches end-of-file when this process closes its end: no worker holds a copy
+    (a server's sockets work the same way)."""
+    import os
+
+    monkeypatch.setenv(feature_workers.WORKERS_ENV, "3")  # a new pool: the count differs from the other tests'
+    feature_workers.start()
+    read_end, write_end = os.pipe()
+    try:
+        pids = feature_workers.map_chunks(_pids, feature_workers.MIN_ROWS, (list(range(feature_workers.MIN_ROWS)),))
+        assert _pids([])[0] not in {pid for pid, _ in pids}  # the workers really ran
+        os.close(write_end)
+        write_end = None
+        os.set_blocking(read_end, False)
+        assert os.read(read_end, 1) == b""  # end of file, not "would block": nobody else can still write
+    finally:
+        os.close(read_end)
+        if write_end is not None:
+            os.close(write_end)

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from usl_assets.cli import main
+from usl_assets.crm import feature_workers
 from usl_assets.leaderboards.ranking import DEFAULT_METHOD
 from usl_assets_tests.page_support import linear_checkpoint, linear_page_url, page_home, page_url  # noqa: F401
 from usl_assets_tests.test_leaderboards_fixtures import ALPACA_MODELS, MT_BENCH_MODELS
@@ -39,6 +40,9 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's ch
 def browser():
     from playwright.sync_api import sync_playwright
 
+    # The linear CRM's feature workers fork once per process; forked after the driver starts, they would hold its
+    # pipes open and the driver would never see this module end.
+    feature_workers.start()
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         yield launched
@@ -70,6 +74,17 @@ def read_table(tab, element_id: str) -> pd.DataFrame:
                           arg=element_id)
     shown = tab.evaluate(READ_TABLE, element_id)
     return pd.DataFrame(shown["rows"], columns=shown["headers"])
+
+
+def rank_custom(tab) -> None:
+    """Press *Rank the models* and wait for the custom leaderboard; when a new problem (⚠️) comes instead, fail with
+    it (while it runs, the status shows the progress)."""
+    before = tab.locator("#status-custom").inner_text().strip()
+    tab.locator("#run-custom").click()
+    tab.wait_for_function("""before => document.querySelector('#header-custom').innerText.includes('#Models') || (
+        (shown => shown.startsWith('⚠️') && shown !== before)(document.querySelector('#status-custom').innerText.trim()))""",
+                          arg=before, timeout=240_000)
+    assert "#Models" in tab.locator("#header-custom").inner_text(), tab.locator("#status-custom").inner_text()
 
 
 def published_rankings(home: Path, pool: str, method: str = DEFAULT_METHOD) -> pd.DataFrame:
@@ -117,9 +132,7 @@ def test_custom_tab_ranks_typed_criteria_as_usl_leaderboard_does(page, page_home
     page.get_by_role("tab", name="Customizable leaderboard").click()
     page.locator("#groups").get_by_label("Code").check()
     page.locator("#criteria textarea").fill("\n".join(CRITERIA))
-    page.locator("#run-custom").click()
-    page.wait_for_function("() => document.querySelector('#header-custom').innerText.includes('#Models')",
-                           timeout=240_000)
+    rank_custom(page)
     shown = read_table(page, "table-custom").set_index("model")
     header = page.locator("#header-custom").inner_text()
     assert f"#Models {len(ALPACA_MODELS)}" in header and "**Ranked over**" not in header  # rendered, not raw
@@ -151,9 +164,7 @@ def test_custom_tab_ranks_typed_criteria_as_usl_leaderboard_does(page, page_home
 def test_cancel_ends_in_cancelled_with_no_stale_table(page):
     page.get_by_role("tab", name="Customizable leaderboard").click()
     page.locator("#criteria textarea").fill("\n".join(CRITERIA))
-    page.locator("#run-custom").click()
-    page.wait_for_function("() => document.querySelector('#header-custom').innerText.includes('#Models')",
-                           timeout=240_000)
+    rank_custom(page)
     assert len(read_table(page, "table-custom")) == len(ALPACA_MODELS)
     page.locator("#cancel-custom").click()
     page.wait_for_function("() => document.querySelector('#status-custom').innerText.includes('cancelled')")
@@ -209,9 +220,7 @@ def test_criteria_with_markup_are_text_and_bad_input_is_a_message(page):
     page.wait_for_function("() => document.querySelector('#status-custom').innerText.includes('at most 500')")
     assert "Traceback" not in status.inner_text()
     page.locator("#criteria textarea").fill("<b>Réponses brèves</b>, 简洁的回答 <script>window.pwned=3</script>")
-    page.locator("#run-custom").click()
-    page.wait_for_function("() => document.querySelector('#header-custom').innerText.includes('#Models')",
-                           timeout=240_000)
+    rank_custom(page)
     assert page.evaluate("window.pwned") is None and page.locator("#header-custom b, #status-custom img").count() == 0
 
 
@@ -336,9 +345,7 @@ def test_why_breaks_a_models_reward_gap_into_the_terms_explain_computes(browser,
     tab.get_by_role("tab", name="Customizable leaderboard").click()
     tab.locator("#groups").get_by_label("Code").check()
     tab.locator("#criteria textarea").fill("\n".join(CRITERIA))
-    tab.locator("#run-custom").click()
-    tab.wait_for_function("() => document.querySelector('#header-custom').innerText.includes('#Models')",
-                          timeout=240_000)
+    rank_custom(tab)
     text = open_why(tab, "custom", model)
     tab.screenshot(path=str(screenshot_dir / "page_why.png"), full_page=True)
     board = build_leaderboard("alpaca_eval", ["Code"], [], DEFAULT_METHOD, BootstrapSettings(), published=published)

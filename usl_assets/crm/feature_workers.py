@@ -10,6 +10,11 @@ USL_FEATURE_WORKERS sets the number of workers (default: the CPUs this process m
 process). The workers are forked once per process (fork, not spawn or forkserver: those re-run the caller's main
 script, which a notebook or a benchmark without a main guard cannot stand) and stay for the process's next calls
 (scoring calls once per model partition). They take the default signal handlers, so Ctrl-C ends them at once.
+
+A forked worker keeps a copy of every file descriptor its parent had open at the fork: a server that forks them in
+the middle of a request leaves its listening socket and its open client connections in each worker, so a connection
+the server closes stays open for the client. A long-lived process that opens sockets or pipes (the web page) calls
+start() first.
 """
 
 import multiprocessing
@@ -48,6 +53,13 @@ def _executor(count: int) -> ProcessPoolExecutor:
                                     initializer=_default_signals)
         _pool_workers = count
     return _pool
+
+
+def start() -> None:
+    """Fork the workers now (when there are at least two), so they hold no socket or pipe opened after this call."""
+    count = workers()
+    if count >= 2:
+        _executor(count).submit(os.getpid).result()  # a fork pool starts all its workers on the first task
 
 
 def _default_signals() -> None:

@@ -23,9 +23,11 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
 def launch(published: Path, usl_home_root: Path, host: str = "127.0.0.1", port: int = 7860, checkpoint: str = "",
            block: bool = True):
     """Load the CRM and the published data once, then serve; returns the Gradio app (running) when not blocking."""
+    from usl_assets.crm import feature_workers
     from usl_assets.page.app import build_app
     from usl_assets.page.data import PageData
 
+    feature_workers.start()  # before the server opens its socket, which the workers would otherwise hold
     data = PageData(published, usl_home_root, checkpoint)
     app = build_app(data)
     app.queue(default_concurrency_limit=CONCURRENCY)
