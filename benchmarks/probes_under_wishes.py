@@ -43,8 +43,11 @@ def wish_report(weights, vectors_of, pool: pd.DataFrame, reference: str) -> pd.D
     both = pd.concat([pool, probes(pool, strongest, weakest)], ignore_index=True)
     rows = weights.response_rows(list(both["prompt"]), list(both["response"]))
     counts = [response_counts(str(text)) for text in pool["response"]]
+    wishes = blind_wishes()
+    measured = {name: pool.assign(value=[property_value(name, c) for c in counts]).groupby("model")["value"].mean()
+                for name in {label.partition(":")[0] for label in wishes} & set(PROPERTIES)}  # once per property
     found = []
-    for label, text in [("default criteria", None), *blind_wishes().items()]:
+    for label, text in [("default criteria", None), *wishes.items()]:
         rewards = (rewards_under(weights, vectors_of, both) if text is None
                    else weights.score_rows(rows, vectors_of((text,))))
         scores = soft_scores(both, rewards, reference)
@@ -53,11 +56,10 @@ def wish_report(weights, vectors_of, pool: pd.DataFrame, reference: str) -> pd.D
         lowest_real = max(order.index(m) for m in order if not m.startswith("probe:")) + 1
         fidelity = np.nan
         name, _, way = label.partition(":")
-        if name in PROPERTIES:
-            measured = pool.assign(value=[property_value(name, c) for c in counts]).groupby("model")["value"].mean()
+        if name in measured:
             ours = scores[[m for m in order if not m.startswith("probe:")]]
             sign = 1 if way == "more" else -1
-            fidelity = sign * spearmanr(ours.to_numpy(), measured.reindex(ours.index).to_numpy()).correlation
+            fidelity = sign * spearmanr(ours.to_numpy(), measured[name].reindex(ours.index).to_numpy()).correlation
         found.append({"wish": label, "padded": place["padded"], "padded_source": order.index(weakest) + 1,
                       "truncated": place["truncated"], "truncated_source": order.index(strongest) + 1,
                       "above_a_real_model": ",".join(p for p in MUST_LOSE if place[p] < lowest_real),

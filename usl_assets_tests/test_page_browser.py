@@ -81,9 +81,11 @@ def rank_custom(tab) -> None:
     it (while it runs, the status shows the progress)."""
     before = tab.locator("#status-custom").inner_text().strip()
     tab.locator("#run-custom").click()
-    tab.wait_for_function("""before => document.querySelector('#header-custom').innerText.includes('#Models') || (
-        (shown => shown.startsWith('⚠️') && shown !== before)(document.querySelector('#status-custom').innerText.trim()))""",
-                          arg=before, timeout=240_000)
+    tab.wait_for_function("""before => {
+        const status = document.querySelector('#status-custom').innerText.trim();
+        return document.querySelector('#header-custom').innerText.includes('#Models')
+            || (status.startsWith('⚠️') && status !== before);
+    }""", arg=before, timeout=240_000)
     assert "#Models" in tab.locator("#header-custom").inner_text(), tab.locator("#status-custom").inner_text()
 
 
