@@ -205,8 +205,9 @@ def test_no_prompt_in_train_and_a_test_split(built):
     assert data.prompt_leaks(table).empty
     # judge_heldout_models is held out by model (its prompts also train); criteria_paraphrase re-asks the pairs of
     # criteria_reversed / new_criteria under held-out phrasings (test_criteria_paraphrase_... checks its prompts);
-    # gaming_pairs re-uses test pairs too (test_crm_gaming)
-    by_prompt = table[~table["split"].isin(["judge_heldout_models", "criteria_paraphrase", "gaming_pairs"])]
+    # gaming_pairs and gaming_wishes re-use test pairs too (test_crm_gaming)
+    by_prompt = table[~table["split"].isin(["judge_heldout_models", "criteria_paraphrase", "gaming_pairs",
+                                            "gaming_wishes"])]
     keys = by_prompt["prompt"].map(data.prompt_key)
     assert (by_prompt.assign(key=keys).groupby("key")["split"].nunique() == 1).all()
 
@@ -288,15 +289,19 @@ def test_criteria_paraphrase_holds_heldout_phrasings_of_test_prompts(built):
 
 def test_every_property_row_follows_its_criteria(built):
     """Single-property and combined rows, in every split: the chosen side has more of each property named 'more'
-    and less of each named 'less' (by the property's own rule)."""
+    and less of each named 'less' (by the property's own rule). A gaming row under a wish is the other way round:
+    the trick's answer meets the wish better, and the real answer wins all the same (crm/gaming_pairs.py)."""
     table, _ = built
     rows = table[table["property"].notna()]
     assert rows["property"].str.contains("+", regex=False).any()  # combined criteria train and test
     assert len(rows[(rows["split"] == "train") & rows["property"].str.contains("+", regex=False)]) > 0
+    assert (rows["label_kind"] == "gaming").any()
     for row in rows.sample(min(len(rows), 3000), random_state=0).itertuples():
         chosen, rejected = response_counts(row.chosen), response_counts(row.rejected)
+        more = "b" if row.label_kind == "gaming" else "a"
         for prop, direction in zip(row.property.split("+"), row.property_direction.split("+")):
-            assert data.PROPERTIES[prop].more_side(chosen, rejected) == ("a" if direction == "more" else "b")
+            assert data.PROPERTIES[prop].more_side(chosen, rejected) == (more if direction == "more" else
+                                                                         "ab".replace(more, ""))
 
 
 def test_train_property_rows_carry_two_phrasings_per_direction(built):

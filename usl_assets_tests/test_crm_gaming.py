@@ -128,6 +128,28 @@ def test_gaming_rows_train_on_the_train_bank_and_test_on_held_out_prompts_with_t
     assert not [r for r in found if r["origin_idx"] == "n0"]
 
 
+def test_the_gaming_wishes_split_asks_for_what_the_trick_has_and_the_real_answer_still_wins():
+    long_answer = " ".join(f"Step {i} of the answer explains one more part of the idea in plain words." for i in range(12))
+    rows = [_row(f"t{i}", "train", "autoj", f"Train prompt {i}?", long_answer) for i in range(4)]
+    rows += [_row(f"h{i}", "human_heldout", "autoj", f"Test prompt {i}?", long_answer) for i in range(12)]
+    found = gaming_pairs.gaming_rows(rows, gaming_pairs.GamingConfig(wish_properties=("length", "structure")))
+    plain = [r for r in found if r["split"] != gaming_pairs.WISH_SPLIT]
+    assert plain == gaming_pairs.gaming_rows(rows, gaming_pairs.GamingConfig())  # the other rows unchanged
+    wished = [r for r in found if r["split"] == gaming_pairs.WISH_SPLIT]
+    tests = [r for r in found if r["split"] == gaming_pairs.SPLIT]
+    assert 0 < len(wished) <= len(tests) and {r["label_kind"] for r in wished} == {"gaming"}
+    assert {r["augmentation"] for r in wished} >= {"gaming_truncated", "gaming_padded"}
+    for row in wished:  # held-out prompts, the real answer chosen, a held-out family's wording of the wish
+        assert row["prompt"].startswith("Test") and row["chosen"] == long_answer and len(row["criteria"]) == 1
+        prop = gaming_pairs.PROPERTIES[row["property"]]
+        assert row["criteria"][0] in prop.phrasings(row["property_direction"], "paraphrase")
+        # the wish names what the trick's answer has more of ('more') or less of ('less')
+        side = prop.more_side(response_counts(row["chosen"]), response_counts(row["rejected"]))
+        assert side == ("b" if row["property_direction"] == "more" else "a")
+    cut = [r for r in wished if r["augmentation"] == "gaming_truncated"]
+    assert cut and {(r["property"], r["property_direction"]) for r in cut} == {("length", "less")}
+
+
 def test_a_new_step_sharing_two_words_with_an_earlier_sentence_is_no_restatement():
     prompt = "How do I wrap a present neatly?"
     answer = ("Wrapping a present neatly takes paper, tape and scissors. Fold the paper over the box and tape it. "

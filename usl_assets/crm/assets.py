@@ -326,6 +326,22 @@ crm_beats_length_on_criteria_paraphrase = _beats_check(
 crm_beats_length_only_on_judge_heldout_models = _beats_check(
     "crm_beats_length_only_on_judge_heldout_models", "judge_heldout_models", "crm", "crm_length_only",
     blocking=False)
+WISH_COST_TOLERANCE = 0.05  # how much lower gaming_wishes may be than gaming_pairs
+
+
+@dg.asset_check(asset=crm_evaluation, blocking=False,
+                description="a wish buys no trick: the CRM's gaming_wishes accuracy within 0.05 of its gaming_pairs "
+                            "accuracy (warning)")
+def crm_wishes_buy_no_trick(warehouse: Warehouse) -> dg.AssetCheckResult:
+    """The tricks of gaming_pairs under a wish their answers meet better (crm/gaming_pairs.py) must lose about as
+    often as under the pairs' own criteria."""
+    summary = warehouse.read_table("crm.evaluation")
+    plain, wished = (evaluate.accuracy_of(summary, split, "crm") for split in ("gaming_pairs", "gaming_wishes"))
+    if plain is None or wished is None:
+        return dg.AssetCheckResult(passed=False, description="no gaming_pairs or gaming_wishes rows for crm")
+    return dg.AssetCheckResult(passed=wished >= plain - WISH_COST_TOLERANCE, severity=dg.AssetCheckSeverity.WARN,
+                               metadata={"gaming_pairs": plain, "gaming_wishes": wished})
+
 
 @dg.asset_check(asset=crm_backbone_smollm2, blocking=True,
                 description="the cached SmolLM2 folder is plain safetensors, with a pad token distinct from its end "
@@ -384,7 +400,7 @@ defs = dg.Definitions(
     asset_checks=[crm_default_checkpoint_is_finished, crm_beats_length_on_criteria_reversed,
                   crm_beats_no_criteria_on_criteria_reversed, crm_beats_length_on_human_heldout, crm_beats_length_on_pandalm_majority,
                   crm_beats_length_only_on_judge_heldout_models, crm_beats_length_on_gaming_pairs,
-                  crm_beats_length_on_criteria_paraphrase, smollm2_backbone_ready,
+                  crm_beats_length_on_criteria_paraphrase, crm_wishes_buy_no_trick, smollm2_backbone_ready,
                   crm_linear_checkpoint_scores, crm_cross_checkpoint_scores, crm_factorized_checkpoint_scores],
     resources={"crm_settings": CrmSettings()},
 )

@@ -135,7 +135,8 @@ def build_training_pairs(tagged: pd.DataFrame, scenario_criteria: pd.DataFrame, 
                 if row["augmentation"] in ("original", "contrastive", "reverse"):
                     pair_rows += noise_rows(row, extra_criteria, config)
         rows += pair_rows
-    rows += gaming_pairs.gaming_rows(rows, gaming_pairs.GamingConfig(seed=config.seed))
+    rows += gaming_pairs.gaming_rows(rows, gaming_pairs.GamingConfig(
+        seed=config.seed, wish_properties=tuple(config.train_properties())))
     table = pd.DataFrame(rows).drop(columns=["_loser_criteria"], errors="ignore")
     table["pair_id"] = [pair_id(row) for row in table.to_dict("records")]
     table = table.drop_duplicates("pair_id").reset_index(drop=True)

@@ -13,10 +13,10 @@ def prompt_leaks(table: pd.DataFrame) -> pd.DataFrame:
     keys = table["prompt"].map(prompt_key)
     train_keys = set(keys[table["split"] == "train"])
     # judge_heldout_models is held out by model, not by prompt: its prompts are AlpacaEval's, in train too; so are
-    # the gaming_pairs rows built from its pairs (crm/gaming_pairs.py). criteria_paraphrase shares its prompts
+    # the gaming_pairs and gaming_wishes rows built from its pairs (crm/gaming_pairs.py). criteria_paraphrase shares its prompts
     # with new_criteria / criteria_reversed only (test splits both), so it is checked like any test split.
     by_model = (table["split"] == judge_pairs.HELDOUT_SPLIT) | (
-        (table["split"] == "gaming_pairs") & (table["source"] == judge_pairs.JUDGE_SOURCE))
+        table["split"].isin(["gaming_pairs", "gaming_wishes"]) & (table["source"] == judge_pairs.JUDGE_SOURCE))
     leaked = (table["split"] != "train") & ~by_model & keys.isin(train_keys)
     return table.loc[leaked, ["split", "prompt"]].drop_duplicates()
 

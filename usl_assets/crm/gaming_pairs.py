@@ -12,15 +12,26 @@ another prompt below every real model, the weakest included, not only below a go
 Gaming rows carry label_kind 'gaming': certain labels (the padded answer's filler-free `gaming_reformatted` twin at
 even odds), with nuisance coefficients of their own for markdown and a truncated answer's length, outside the
 reward (crm/linear.py, `gaming_nuisance`).
+
+A wish must not buy a trick either: under "keep it short" an echo of the request or an answer cut to its first
+eighth is shorter than any real answer. The `gaming_wishes` test split measures it: each gaming_pairs row again
+under a wish its trick's answer meets better than the real one (a trained property the two clearly differ in,
+seeded; a held-out family's phrasing of the direction the trick's answer has more of), the real answer still
+winning. Such a row names the wish in `property` and `property_direction` (its criteria's direction, under which
+the chosen answer wins all the same). Prompts, models, text bank and wording are all held out. Training on such
+rows was tried and not kept (docs/crm.md, run 27).
 """
 
 from dataclasses import dataclass
 
 from usl_assets.crm import gaming
+from usl_assets.crm.features import response_counts
 from usl_assets.crm.judge_pairs import HELDOUT_SPLIT, JUDGE_SOURCE
+from usl_assets.crm.properties import PROPERTIES, pair_properties
 from usl_assets.crm.splits import pick, prompt_key, unit_hash
 
 SPLIT = "gaming_pairs"
+WISH_SPLIT = "gaming_wishes"
 LABEL_KIND = "gaming"
 AUGMENTATIONS = (*(f"gaming_{kind}" for kind in gaming.KINDS), "gaming_reformatted")
 TEST_SOURCE_SPLITS = ("human_heldout", HELDOUT_SPLIT)
@@ -35,6 +46,7 @@ class GamingConfig:
     judge_train_rate: float = 0.1  # share of the judge's train pairs that get one gaming row
     judge_test_rate: float = 0.06  # share of judge_heldout_models' pairs that get one gaming_pairs row
     weak_real: bool = True  # train rows: the WEAK_REAL_KINDS answers also lose to the pair's rejected answer
+    wish_properties: tuple[str, ...] = ()  # trained properties a gaming_wishes row's wish may name; () no such rows
 
 
 def _selected(row: dict, config: GamingConfig) -> str | None:
@@ -83,6 +95,20 @@ def _gamed(row: dict, kind: str, bank: str, other: dict | None, seed: int, *salt
             "soft_label": 0.5 if kind == "reformatted" else 1.0, "rejected_model": model}
 
 
+def _under_wish(row: dict, config: GamingConfig) -> dict | None:
+    """A gaming_pairs row again under a wish its trick's answer meets better, in the gaming_wishes split; None when
+    the two answers differ in no property."""
+    sides = pair_properties(response_counts(str(row["chosen"])), response_counts(str(row["rejected"])))
+    options = [name for name in config.wish_properties if name in sides]
+    if not options:
+        return None
+    key = (row["origin_idx"], row["augmentation"], row["rejected"])
+    name = pick(options, config.seed, "gaming-wish", *key)
+    direction = "more" if sides[name] == "b" else "less"
+    phrasing = pick(PROPERTIES[name].phrasings(direction, "paraphrase"), config.seed, "gaming-wish-phrasing", *key)
+    return {**row, "split": WISH_SPLIT, "criteria": [phrasing], "property": name, "property_direction": direction}
+
+
 def gaming_rows(rows: list[dict], config: GamingConfig) -> list[dict]:
     """The gaming rows of a training table's rows (dicts with crm.training_pairs' columns, before pair_id)."""
     chosen = [(row, _selected(row, config)) for row in rows]
@@ -111,4 +137,7 @@ def gaming_rows(rows: list[dict], config: GamingConfig) -> list[dict]:
             gamed = _gamed(real, kind, bank, other, config.seed, *salt)
             if gamed is not None:
                 found.append(gamed)
+                wished = _under_wish(gamed, config) if bank == "heldout" else None
+                if wished is not None:
+                    found.append(wished)
     return found

@@ -15,7 +15,7 @@ from usl_assets.crm.properties import PROPERTIES
 from usl_assets.settings import UslConfigError
 
 SPLITS = ("train", "human_heldout", "new_scenario", "new_criteria", "criteria_reversed", "pandalm_majority",
-          "judge_heldout_models", "gaming_pairs", "criteria_paraphrase")
+          "judge_heldout_models", "gaming_pairs", "criteria_paraphrase", "gaming_wishes")
 TEST_SPLITS = SPLITS[1:]
 
 
