@@ -129,7 +129,8 @@ def test_gaming_rows_train_on_the_train_bank_and_test_on_held_out_prompts_with_t
 
 
 def test_the_gaming_wishes_split_asks_for_what_the_trick_has_and_the_real_answer_still_wins():
-    long_answer = " ".join(f"Step {i} of the answer explains one more part of the idea in plain words." for i in range(12))
+    long_answer = " ".join(f"Step {i} of the answer explains one more part of the idea in plain words."
+                           for i in range(12))
     rows = [_row(f"t{i}", "train", "autoj", f"Train prompt {i}?", long_answer) for i in range(4)]
     rows += [_row(f"h{i}", "human_heldout", "autoj", f"Test prompt {i}?", long_answer) for i in range(12)]
     found = gaming_pairs.gaming_rows(rows, gaming_pairs.GamingConfig(wish_properties=("length", "structure")))

@@ -330,8 +330,8 @@ WISH_COST_TOLERANCE = 0.05  # how much lower gaming_wishes may be than gaming_pa
 
 
 @dg.asset_check(asset=crm_evaluation, blocking=False,
-                description="a wish buys no trick: the CRM's gaming_wishes accuracy within 0.05 of its gaming_pairs "
-                            "accuracy (warning)")
+                description=f"a wish buys no trick: the CRM's gaming_wishes accuracy within {WISH_COST_TOLERANCE} of "
+                            "its gaming_pairs accuracy (warning)")
 def crm_wishes_buy_no_trick(warehouse: Warehouse) -> dg.AssetCheckResult:
     """The tricks of gaming_pairs under a wish their answers meet better (crm/gaming_pairs.py) must lose about as
     often as under the pairs' own criteria."""

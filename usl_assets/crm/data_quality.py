@@ -3,7 +3,7 @@ augmentation, direction and label balance (the crm_training_pairs asset's metada
 
 import pandas as pd
 
-from usl_assets.crm import judge_pairs
+from usl_assets.crm import gaming_pairs, judge_pairs
 from usl_assets.crm.augmentation import AUGMENTATIONS, PROPERTY_AUGMENTATIONS
 from usl_assets.crm.splits import SPLITS, prompt_key
 
@@ -13,10 +13,11 @@ def prompt_leaks(table: pd.DataFrame) -> pd.DataFrame:
     keys = table["prompt"].map(prompt_key)
     train_keys = set(keys[table["split"] == "train"])
     # judge_heldout_models is held out by model, not by prompt: its prompts are AlpacaEval's, in train too; so are
-    # the gaming_pairs and gaming_wishes rows built from its pairs (crm/gaming_pairs.py). criteria_paraphrase shares its prompts
-    # with new_criteria / criteria_reversed only (test splits both), so it is checked like any test split.
+    # the gaming_pairs and gaming_wishes rows built from its pairs (crm/gaming_pairs.py). criteria_paraphrase shares
+    # its prompts with new_criteria / criteria_reversed only (test splits both), so it is checked like any test split.
     by_model = (table["split"] == judge_pairs.HELDOUT_SPLIT) | (
-        table["split"].isin(["gaming_pairs", "gaming_wishes"]) & (table["source"] == judge_pairs.JUDGE_SOURCE))
+        table["split"].isin([gaming_pairs.SPLIT, gaming_pairs.WISH_SPLIT])
+        & (table["source"] == judge_pairs.JUDGE_SOURCE))
     leaked = (table["split"] != "train") & ~by_model & keys.isin(train_keys)
     return table.loc[leaked, ["split", "prompt"]].drop_duplicates()
 
