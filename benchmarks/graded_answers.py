@@ -97,7 +97,9 @@ def parse_variant(text: str) -> dict:
         return {}
     fields, weights = {}, dict(linear.DEFAULT_SOURCE_WEIGHTS)
     for key, raw in (item.split("=", 1) for item in text.split("+")):
-        if key.startswith("source_weights."):  # 'source_weights.autoj=2': one source's weight, the rest default
+        if key.startswith("gaming_kind_weights."):  # 'gaming_kind_weights.gaming_padded=0.25'
+            fields.setdefault("gaming_kind_weights", {})[key.split(".", 1)[1]] = float(raw)
+        elif key.startswith("source_weights."):  # 'source_weights.autoj=2': one source's weight, the rest default
             weights[key.split(".", 1)[1]] = float(raw)
             fields["source_weights"] = weights
         else:

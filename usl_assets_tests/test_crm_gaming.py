@@ -80,6 +80,19 @@ def test_unsupported_sentences_are_the_filler_sharing_no_word_with_prompt_or_ans
     assert relevance.unsupported_sentence_share(PROMPT, gaming.generic("heldout", 0, "audit")) > 0.7
 
 
+def test_a_stray_sentence_costs_nothing_and_padding_counts_beyond_the_tolerance():
+    """log_excess_unsupported_words counts the unsupported content words beyond UNSUPPORTED_TOLERANCE: a real
+    answer's closing remark costs nothing (counted from the first word, it cost human pairs' longer, better
+    answer), padding's filler still counts."""
+    column = relevance.TEXT_RELEVANCE_FEATURES.index("log_excess_unsupported_words")
+    remark = "Experts agree that a thoughtful perspective brings benefits in the long run."
+    padded = gaming.padded(ANSWER, "heldout", 0, "k")
+    rows = relevance.relevance_matrix([PROMPT] * 3, [ANSWER, f"{ANSWER} {remark}", padded])
+    assert relevance.unsupported_sentence_share(PROMPT, f"{ANSWER} {remark}") > 0  # the remark is unsupported
+    assert rows[0][column] == 0.0 and rows[1][column] == 0.0
+    assert rows[2][column] > 1.0
+
+
 def test_the_supported_view_drops_the_filler_and_keeps_the_answer_and_its_code():
     filler = "Experts agree that a thoughtful perspective brings benefits in the long run."
     coded = f"{ANSWER}\n```python\nprint('Experts agree that a thoughtful perspective brings benefits.')\n```"

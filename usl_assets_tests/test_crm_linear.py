@@ -185,6 +185,20 @@ def test_an_answer_moved_to_another_prompt_loses_to_the_real_one(table, backbone
     assert (real > off_topic).mean() > 0.8
 
 
+def test_gaming_rows_weigh_gaming_weight_and_a_named_kind_its_own(table):
+    """linear.row_weights: human and judge rows weigh their source's weight, gaming rows `gaming_weight` (0.5 by
+    default, docs/crm.md run 28), a kind named in gaming_kind_weights its own."""
+    train = table[table["split"] == "train"].reset_index(drop=True)
+    gaming_rows = (train["label_kind"] == "gaming").to_numpy()
+    padded = (train["augmentation"] == "gaming_padded").to_numpy()
+    human = (train["source"] == "autoj").to_numpy() & ~gaming_rows
+    default = linear.row_weights(train, linear.LinearConfig())
+    assert set(default[gaming_rows]) == {0.5} and set(default[human]) == {linear.DEFAULT_SOURCE_WEIGHTS["autoj"]}
+    named = linear.row_weights(train, linear.LinearConfig(gaming_weight=1.0, gaming_kind_weights={"gaming_padded": 0}))
+    assert padded.any() and set(named[padded]) == {0.0} and set(named[gaming_rows & ~padded]) == {1.0}
+    assert np.array_equal(named[~gaming_rows], default[~gaming_rows])
+
+
 def test_filler_never_earns_reward_even_where_the_training_pairs_reward_it(table):
     """linear.SIGNS: on pairs where the answer with an unrelated sentence added always wins, an unconstrained fit
     pays for unsupported sentences; the default keeps their coefficients at or below zero, under the criteria too
@@ -192,7 +206,9 @@ def test_filler_never_earns_reward_even_where_the_training_pairs_reward_it(table
     from usl_assets.crm import gaming
 
     held = table[(table["split"] == "train") & (table["augmentation"] == "original")].head(60)
-    filler = [gaming.padded("", "heldout", 0, i).splitlines()[2] for i in range(len(held))]
+    # three of the padding's filler paragraphs: more unsupported words than relevance.UNSUPPORTED_TOLERANCE
+    filler = ["\n\n".join(gaming.padded("", "heldout", 0, i).splitlines()[k] for k in (2, 8, 18))
+              for i in range(len(held))]
     pairs = pd.DataFrame({"prompt": held["prompt"], "chosen": [f"{a}\n\n{f}" for a, f in zip(held["chosen"], filler)],
                           "rejected": held["chosen"], "criteria": [("Be helpful.",)] * len(held),
                           "source": "autoj", "label_kind": "human", "soft_label": 1.0})
@@ -205,7 +221,7 @@ def test_filler_never_earns_reward_even_where_the_training_pairs_reward_it(table
         return {linear_rows.ROW_FEATURES[c]: value for c, value in zip(fitted.columns, effective)}
 
     free, base_only, signed = coefficients(signs=False), coefficients(gate_signs=False), coefficients()
-    assert free["log_unsupported_words"] > 0.01 and base_only["log_unsupported_words"] > 0.01
+    assert free["log_excess_unsupported_words"] > 0.01 and base_only["log_excess_unsupported_words"] > 0.01
     for name, sign in linear.SIGNS.items():
         assert sign * signed[name] >= 0
 

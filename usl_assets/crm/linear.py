@@ -66,7 +66,7 @@ LOG_CHARS = FEATURE_NAMES.index("log_chars")
 # Signs the base coefficient v of these features keeps whatever the training rows' correlations (LinearConfig.signs):
 # on human pairs, answers with more unsupported sentences are longer and win, but a sentence tied to nothing in
 # the prompt or the answer adds nothing; the criteria's gate may still move them.
-SIGNS = {"unsupported_sentence_share": -1, "log_unsupported_words": -1, "prompt_fit": 1}
+SIGNS = {"unsupported_sentence_share": -1, "log_excess_unsupported_words": -1, "prompt_fit": 1}
 WEIGHTS_FILE = "linear.safetensors"
 SHAPE_FILE = "linear.json"
 
@@ -85,7 +85,9 @@ class LinearConfig:
     l2_gate: float = 1e-3
     judge_nuisance: str = "style"  # style | length | none: what of the judge's taste stays outside the reward
     source_weights: dict = field(default_factory=lambda: dict(DEFAULT_SOURCE_WEIGHTS))
-    gaming_weight: float = 1.0  # per gaming row (crm/gaming_pairs.py), whatever its source
+    gaming_weight: float = 0.5  # per gaming row (crm/gaming_pairs.py), whatever its source: the smallest of 0.25,
+    # 0.5, 1 at which every gaming-audit probe loses as it must in both pools (docs/crm.md, run 28)
+    gaming_kind_weights: dict = field(default_factory=dict)  # augmentation → its rows' weight instead (ablations)
     gaming_nuisance: str = "markdown"  # none | truncated | markdown | style: which of the gaming rows' style
     # differences get coefficients of their own, outside the reward (GAMING_NUISANCES)
     supported_view: bool = True  # n-grams and FEATURE_NAMES read what of the answer adds something (raw_features)
@@ -297,9 +299,7 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
              "markdown": [(truncated * d_length)[:, None], gaming[:, None] * style[:, 1:]]}[config.gaming_nuisance]
     nuisance = np.concatenate([nuisance, *extra], axis=1)
     q = nuisance.shape[1]
-    weights = pairs["source"].map(lambda s: config.source_weights.get(s, 1.0)).to_numpy(float)
-    if "label_kind" in pairs:
-        weights = np.where(pairs["label_kind"] == GAMING_LABEL, config.gaming_weight, weights)
+    weights = row_weights(pairs, config)
     weights = weights / weights.sum()
     k, dim = len(columns), crit.shape[1]
 
@@ -420,6 +420,17 @@ def _bound_measured(lower: np.ndarray, upper: np.ndarray, columns: list[int], di
             lower[N_BUCKETS + position] = upper[N_BUCKETS + position] = 0.0
             embedding = slice(N_BUCKETS + k + position * dim, N_BUCKETS + k + position * dim + dim - n_reading)
             lower[embedding] = upper[embedding] = 0.0
+
+
+def row_weights(pairs: pd.DataFrame, config: LinearConfig) -> np.ndarray:
+    """Each training row's weight in the loss: its source's, or for a gaming row gaming_weight (its kind's in
+    gaming_kind_weights where named)."""
+    weights = pairs["source"].map(lambda s: config.source_weights.get(s, 1.0)).to_numpy(float)
+    if "label_kind" not in pairs:
+        return weights
+    kinds = pairs["augmentation"] if "augmentation" in pairs else pd.Series("", index=pairs.index)
+    gaming = kinds.map(lambda kind: config.gaming_kind_weights.get(kind, config.gaming_weight)).to_numpy(float)
+    return np.where(pairs["label_kind"] == GAMING_LABEL, gaming, weights)
 
 
 def config_dict(config: LinearConfig) -> dict:

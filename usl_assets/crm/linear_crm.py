@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from usl_assets.crm import linear, linear_rows
+from usl_assets.crm import linear, linear_rows, relevance
 from usl_assets.crm import criteria_prototypes
 from usl_assets.crm.backbones import Backbone
 from usl_assets.crm.criteria_prototypes import PrototypeBank
@@ -119,6 +119,7 @@ def linear_fit_key(train_config) -> dict:
     from usl_assets.crm import graded_answers
 
     return {**linear.config_dict(linear_config(train_config)), "graded_temperature": graded_answers.TEMPERATURE,
+            "unsupported_tolerance": relevance.UNSUPPORTED_TOLERANCE,
             "row_features": list(linear_rows.ROW_FEATURES), "criteria_prototypes": criteria_prototypes.SETTINGS,
             "criteria_encoder": numpy_encoder.VERSION}
 

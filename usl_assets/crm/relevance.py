@@ -13,8 +13,10 @@ These features measure fit; the gaming rows of crm/gaming_pairs.py teach the CRM
   prompt: sharing no stem with it, nor with a sentence that does (through any chain of shared stems). Filler
   ("Experts agree that a balanced perspective yields the most value") hangs together with other filler at most;
   a real answer's sentences share its topic's words.
-  `log_unsupported_words`: how much of it there is, log(1 + the content words of those sentences): padding adds
-  filler without touching the share of a long answer much, and the length features would pay for it.
+  `log_excess_unsupported_words`: how much of it there is beyond UNSUPPORTED_TOLERANCE content words, log(1 + the
+  content words of those sentences over 15): padding adds filler without touching the share of a long answer
+  much, and the length features would pay for it; a real answer's stray sentence or two (a closing remark, a
+  fact whose words the prompt does not use) costs nothing (docs/crm.md, run 28).
 - `unfinished_ending`: 1 when the answer stops mid-sentence (its last character is a letter, digit or comma, and it
   does not end in a code fence): an answer cut short.
 - `graded_best_match`: the highest TF-IDF cosine between the answer and the AI judge's graded answers to the same
@@ -34,11 +36,16 @@ import numpy as np
 
 from usl_assets.crm.features import FENCE_LINE, HEADING_LINE, as_text
 
-RELEVANCE_FEATURES = ("prompt_fit", "unsupported_sentence_share", "log_unsupported_words", "unfinished_ending",
-                      "graded_best_match")
+RELEVANCE_FEATURES = ("prompt_fit", "unsupported_sentence_share", "log_excess_unsupported_words",
+                      "unfinished_ending", "graded_best_match")
 # Computed here; graded_best_match comes with the graded answers (GradedAnswers.features).
 TEXT_RELEVANCE_FEATURES = RELEVANCE_FEATURES[:4]
 FIT_COSINE = 0.15
+# Unsupported content words an answer may have before they count: the 95th percentile of real training answers
+# (train originals of every source: 90th 8, 95th 14, 97.5th 22), under every padded training row's filler (10th
+# percentile 43). Counted from the first word, the penalty fell on real answers' stray sentences and cost the
+# longer, better answer on human pairs (docs/crm.md, run 28).
+UNSUPPORTED_TOLERANCE = 15
 _WORD = re.compile(r"[a-z0-9]+")
 _FENCED = re.compile(r"```.*?(?:```|$)", re.DOTALL)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -204,7 +211,8 @@ def unfinished_ending(answer: object) -> float:
 
 def _row(support: _Support, answer: str) -> tuple[float, float, float, float]:
     relevance, share, words = _relevance_row(support)
-    return min(relevance / FIT_COSINE, 1.0), share, math.log1p(words), unfinished_ending(answer)
+    excess = max(words - UNSUPPORTED_TOLERANCE, 0.0)
+    return min(relevance / FIT_COSINE, 1.0), share, math.log1p(excess), unfinished_ending(answer)
 
 
 def relevance_and_views(prompts: list, answers: list, views: bool,
