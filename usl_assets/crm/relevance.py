@@ -13,10 +13,10 @@ These features measure fit; the gaming rows of crm/gaming_pairs.py teach the CRM
   prompt: sharing no stem with it, nor with a sentence that does (through any chain of shared stems). Filler
   ("Experts agree that a balanced perspective yields the most value") hangs together with other filler at most;
   a real answer's sentences share its topic's words.
-  `log_excess_unsupported_words`: how much of it there is beyond UNSUPPORTED_TOLERANCE content words, log(1 + the
-  content words of those sentences over 15): padding adds filler without touching the share of a long answer
-  much, and the length features would pay for it; a real answer's stray sentence or two (a closing remark, a
-  fact whose words the prompt does not use) costs nothing (docs/crm.md, run 28).
+  `log_excess_unsupported_words`: how much of it there is, log(1 + the content words of those sentences beyond
+  UNSUPPORTED_TOLERANCE): padding adds filler without touching the share of a long answer much, and the length
+  features would pay for it; a real answer's stray sentence or two (a closing remark, a fact whose words the
+  prompt does not use) costs nothing (docs/crm.md, run 28).
 - `unfinished_ending`: 1 when the answer stops mid-sentence (its last character is a letter, digit or comma, and it
   does not end in a code fence): an answer cut short.
 - `graded_best_match`: the highest TF-IDF cosine between the answer and the AI judge's graded answers to the same
