@@ -121,8 +121,8 @@ def rewards_under(weights, vectors_of, frame: pd.DataFrame, criteria=None) -> np
 
 
 def padding_paid_by(weights, vectors_of, source: pd.DataFrame, padded: pd.DataFrame, top: int = 6) -> str:
-    """The reward terms that differ most, on average, between the padded probe's answers and its source's (same
-    prompts, same order), under the pool's criteria: what pays for the padding."""
+    """The reward terms that differ most, on average, between a probe's answers and a real model's (same prompts,
+    same order), under the pool's criteria: what pays for the padding, or what keeps an off-topic answer up."""
     def terms(frame: pd.DataFrame) -> np.ndarray:
         rows = weights.response_rows(list(frame["prompt"]), list(frame["response"]))
         scaled = (rows[:, 1:][:, weights.columns].astype(np.float64) - weights.feature_mean) / weights.feature_std
@@ -226,6 +226,9 @@ def main() -> None:
             padded = probed[probed["model"] == "probe:padded"].sort_values("prompt_id")
             print(f"  padded probe vs its source, mean reward terms: "
                   f"{padding_paid_by(weights, vectors_of, source, padded)}")
+            off_topic = probed[probed["model"] == "probe:off_topic"].sort_values("prompt_id")
+            print(f"  off-topic probe vs the weakest real model, mean reward terms: "
+                  f"{padding_paid_by(weights, vectors_of, source, off_topic)}")
             wishes = probes_under_wishes.wish_report(weights, vectors_of, pool, reference)
             print(f"  under blind wishes: {probes_under_wishes.summary(wishes)}")
             if pool_name == "alpaca_eval":

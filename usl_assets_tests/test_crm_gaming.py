@@ -173,6 +173,17 @@ def test_a_new_step_sharing_two_words_with_an_earlier_sentence_is_no_restatement
     assert relevance.supported_text(prompt, f"{answer}\n\n{bullet}").strip() == answer
 
 
+def test_an_answer_sharing_no_word_with_its_prompt_keeps_nothing_to_be_paid_for():
+    """An answer none of whose sentences shares a word with the prompt (another prompt's answer) has no supported
+    sentence: its view keeps no prose for the length, style and n-gram terms to pay, and every sentence counts
+    as unsupported. A prompt with no word to share ("Go on!") anchors the answer's largest group instead."""
+    elsewhere = ("Paris is the capital of France and its largest city. The city is known for its museums and "
+                 "its cafes. Millions of visitors cross the city along the Seine every year.")
+    assert relevance.supported_text(PROMPT, elsewhere).strip() == ""
+    assert relevance.unsupported_sentence_share(PROMPT, elsewhere) == 1.0
+    assert relevance.supported_text("Go on!", elsewhere) == elsewhere
+
+
 def test_no_chain_of_support_goes_through_the_words_every_answer_uses():
     filler = "Take your time and consider every important factor carefully."  # shares "time" with the answer
     assert relevance.supported_text(PROMPT, f"{ANSWER} {filler}").strip() == f"{ANSWER} {filler}"

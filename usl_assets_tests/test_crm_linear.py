@@ -199,6 +199,35 @@ def test_gaming_rows_weigh_gaming_weight_and_a_named_kind_its_own(table):
     assert np.array_equal(named[~gaming_rows], default[~gaming_rows])
 
 
+def test_under_the_substance_fit_gaming_rows_move_only_the_substance_terms(table):
+    """gaming_fit "substance": every coefficient but SUBSTANCE_FEATURES' base ones is what the fit without gaming
+    rows gives (the n-grams, the other features, the whole gate), and the gaming rows do move the substance terms,
+    so the reward ranks the trick below the real answer more often than without them."""
+    train = table[table["split"] == "train"].reset_index(drop=True)
+    gaming_rows = (train["label_kind"] == "gaming").to_numpy()
+    vectors = {key: np.eye(4)[i % 4] for i, key in enumerate(dict.fromkeys(map(str, train["criteria"])))}
+
+    def fit(**changes):
+        return linear.fit_linear(train, vectors, linear.LinearConfig(iterations=30, **changes), str,
+                                 log=lambda _: None, reading_directions=[]).weights
+
+    without, substance = fit(gaming_weight=0.0), fit(gaming_fit="substance")
+    names = [linear_rows.ROW_FEATURES[c] for c in substance.columns]
+    moved = np.array([name in linear.SUBSTANCE_FEATURES for name in names])
+    assert np.array_equal(substance.u, without.u) and np.array_equal(substance.gate, without.gate)
+    assert np.array_equal(substance.v[~moved], without.v[~moved]) and not np.allclose(substance.v[moved],
+                                                                                     without.v[moved])
+
+    def margins(weights):
+        def reward(texts):
+            rows = weights.response_rows(list(train["prompt"]), list(texts))
+            return np.array([weights.score_rows(rows[i:i + 1], vectors[str(c)])[0]
+                             for i, c in enumerate(train["criteria"])])
+        return (reward(train["chosen"]) > reward(train["rejected"]))[gaming_rows].mean()
+
+    assert margins(substance) > margins(without)
+
+
 def test_filler_never_earns_reward_even_where_the_training_pairs_reward_it(table):
     """linear.SIGNS: on pairs where the answer with an unrelated sentence added always wins, an unconstrained fit
     pays for unsupported sentences; the default keeps their coefficients at or below zero, under the criteria too

@@ -60,6 +60,9 @@ JUDGE_NUISANCES = ("style", "length", "none")
 # truncated row's length (a cut answer loses for stopping mid-sentence, not for being short). A padded row's
 # markdown difference is the same in every row, so alone its coefficient explained them all; the filler-free
 # gaming_reformatted twins at even odds pin it near zero, which leaves the filler to explain the padded rows.
+# What gaming rows may move under gaming_fit "substance": the terms that read the answer against its prompt.
+SUBSTANCE_FEATURES = (*DEGENERATION_FEATURES, *TEXT_RELEVANCE_FEATURES, "graded_answers", "graded_best_match")
+GAMING_FITS = ("joint", "substance")
 GAMING_NUISANCES = ("none", "truncated", "length", "markdown", "style")
 READING_GATES = ("free", "own_property", "measured", "wish_measured")
 LOG_CHARS = FEATURE_NAMES.index("log_chars")
@@ -88,6 +91,8 @@ class LinearConfig:
     gaming_weight: float = 0.5  # per gaming row (crm/gaming_pairs.py), whatever its source: the smallest of 0.25,
     # 0.5, 1 at which every gaming-audit probe loses as it must in both pools (docs/crm.md, run 28)
     gaming_kind_weights: dict = field(default_factory=dict)  # augmentation → its rows' weight instead (ablations)
+    gaming_fit: str = "joint"  # joint | substance: substance fits every coefficient without the gaming rows first,
+    # then only SUBSTANCE_FEATURES' base coefficients (and the gaming nuisance) on every row, the rest held
     gaming_nuisance: str = "markdown"  # none | truncated | markdown | style: which of the gaming rows' style
     # differences get coefficients of their own, outside the reward (GAMING_NUISANCES)
     supported_view: bool = True  # n-grams and FEATURE_NAMES read what of the answer adds something (raw_features)
@@ -240,6 +245,8 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
 
     if config.gaming_nuisance not in GAMING_NUISANCES:
         raise ValueError(f"gaming_nuisance must be one of {', '.join(GAMING_NUISANCES)}, not {config.gaming_nuisance!r}")
+    if config.gaming_fit not in GAMING_FITS:
+        raise ValueError(f"gaming_fit must be one of {', '.join(GAMING_FITS)}, not {config.gaming_fit!r}")
     if config.reading_gate not in READING_GATES:
         raise ValueError(f"reading_gate must be one of {', '.join(READING_GATES)}, not {config.reading_gate!r}")
     if config.reading_gate != "free" and reading_directions is None:
@@ -299,8 +306,12 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
              "markdown": [(truncated * d_length)[:, None], gaming[:, None] * style[:, 1:]]}[config.gaming_nuisance]
     nuisance = np.concatenate([nuisance, *extra], axis=1)
     q = nuisance.shape[1]
-    weights = row_weights(pairs, config)
-    weights = weights / weights.sum()
+    all_weights = row_weights(pairs, config)
+    if config.gaming_fit == "substance":
+        weights = np.where(gaming > 0, 0.0, all_weights)
+        weights = weights / weights.sum()
+    else:
+        weights = all_weights / all_weights.sum()
     k, dim = len(columns), crit.shape[1]
 
     def unpack(theta):
@@ -309,7 +320,7 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
         gate = theta[N_BUCKETS + k:N_BUCKETS + k + k * dim].reshape(k, dim)
         return u, v, gate, theta[len(theta) - q:]
 
-    def objective(theta):
+    def objective(theta, weights):
         u, v, gate, beta = unpack(theta)
         coefficients = v + (crit @ gate.T)[crit_rows]  # rows × k
         z = d_grams @ u + (coefficients * d_features).sum(1) + nuisance @ beta
@@ -352,7 +363,10 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     bounds = Bounds(lower, upper) if np.isfinite(lower).any() or np.isfinite(upper).any() else None
     with threadpool_limits(limits=1):  # one thread: the same sums in the same order on any machine load
         result = minimize(objective, theta0, jac=True, method="L-BFGS-B", callback=safety_net, bounds=bounds,
-                          options={"maxiter": config.iterations, "maxfun": config.iterations * 2})
+                          args=(weights,), options={"maxiter": config.iterations, "maxfun": config.iterations * 2})
+        if config.gaming_fit == "substance":
+            result = _fit_substance(objective, result.x, lower, upper, columns, q,
+                                    all_weights / all_weights.sum(), config.iterations, safety_net)
     u, v, gate, beta = unpack(result.x)
     if reading_directions and config.reading_gain != 1.0:
         gate = gate.copy()
@@ -368,6 +382,21 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     fitted = LinearWeights(u, v, gate, mean, std, columns, float(beta[0]), kept_graded, config.supported_view, common)
     return FitResult(fitted, float(result.fun),
                      int(result.nit), len(pairs), sources, [round(float(b), 6) for b in beta])
+
+
+def _fit_substance(objective, theta, lower, upper, columns, q, weights, iterations, callback):
+    """gaming_fit "substance", second stage: from the fit without gaming rows, every row (gaming rows included)
+    moves only the base coefficients of SUBSTANCE_FEATURES and the nuisance coefficients; the n-grams, the other
+    features and the whole gate keep the humans', judge's and criteria's fit."""
+    from scipy.optimize import Bounds, minimize
+
+    held_lower, held_upper = theta.copy(), theta.copy()
+    free = [N_BUCKETS + position for position, column in enumerate(columns)
+            if ROW_FEATURES[column] in SUBSTANCE_FEATURES] + list(range(len(theta) - q, len(theta)))
+    held_lower[free], held_upper[free] = lower[free], upper[free]
+    return minimize(objective, theta, jac=True, method="L-BFGS-B", callback=callback,
+                    bounds=Bounds(held_lower, held_upper), args=(weights,),
+                    options={"maxiter": iterations, "maxfun": iterations * 2})
 
 
 def _bound_reading(lower: np.ndarray, upper: np.ndarray, columns: list[int], dim: int, directions: list[str],

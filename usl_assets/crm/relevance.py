@@ -127,7 +127,9 @@ def common_stems(texts: list[str], share: float = COMMON_STEM_SHARE) -> frozense
 def _support(prompt: str, answer: str, common: frozenset = frozenset()) -> _Support:
     """The answer's words found once. A sentence is supported when it shares a stem other than the `common` ones
     with the prompt or, through a chain of such stems, with a sentence that does (a prompt with no such word: the
-    largest group of sentences is the answer), or when it stands between two sentences that share such a stem with
+    largest group of sentences is the answer; an answer none of whose sentences shares one with a prompt that has
+    some, another prompt's answer, has no supported sentence: fluent text for the wrong prompt is worth nothing to
+    the length, style and n-gram terms, docs/crm.md run 29), or when it stands between two sentences that share such a stem with
     the prompt and restate nothing (a recipe's steps under its title: padding wraps an answer, it does not
     interleave with it; a chain is not enough, filler can chain through a bullet's bold label). A repeat
     restates one earlier sentence: all its stems but REPEAT_SLACK are in it, and at least REPEAT_SHARED."""
@@ -144,7 +146,7 @@ def _support(prompt: str, answer: str, common: frozenset = frozenset()) -> _Supp
         return _Support(relevance, len(long_ones), [], repeats, anchors, common)
     groups = _components([stem_set - common for _, stem_set in long_ones])
     anchored = {group for group, (_, stem_set) in zip(groups, long_ones) if stem_set & anchors}
-    if not anchored:
+    if not anchored and not anchors:
         anchored = {Counter(groups).most_common(1)[0][0]}
     repeated = set(repeats)
     inside = [i for i, (text, stem_set) in enumerate(long_ones) if stem_set & anchors and text not in repeated]
