@@ -44,8 +44,8 @@ from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES
 from usl_assets.crm.gaming_pairs import LABEL_KIND as GAMING_LABEL
 from usl_assets.crm.graded_answers import GradedAnswers
 from usl_assets.crm.criteria_prototypes import WISH
-from usl_assets.crm.linear_rows import (GRADED_COLUMN, GRADED_COLUMNS, N_BUCKETS, ROW_FEATURES, feature_name_rows,
-                                        graded_matrix, ngram_matrix, raw_features)
+from usl_assets.crm.linear_rows import (GRADED_COLUMN, GRADED_COLUMNS, GRADED_FEATURES, N_BUCKETS, ROW_FEATURES,
+                                        feature_name_rows, graded_matrix, ngram_matrix, raw_features)
 from usl_assets.crm.properties import (MEASURED_FEATURE, MEASURED_FEATURES, MEASURED_VIEW_FEATURE,
                                        MEASURED_VIEW_FEATURES, PROPERTY_FEATURES)
 from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, common_stems
@@ -60,10 +60,10 @@ JUDGE_NUISANCES = ("style", "length", "none")
 # truncated row's length (a cut answer loses for stopping mid-sentence, not for being short). A padded row's
 # markdown difference is the same in every row, so alone its coefficient explained them all; the filler-free
 # gaming_reformatted twins at even odds pin it near zero, which leaves the filler to explain the padded rows.
-# What gaming rows may move under gaming_fit "substance": the terms that read the answer against its prompt.
-SUBSTANCE_FEATURES = (*DEGENERATION_FEATURES, *TEXT_RELEVANCE_FEATURES, "graded_answers", "graded_best_match")
-GAMING_FITS = ("joint", "substance")
 GAMING_NUISANCES = ("none", "truncated", "length", "markdown", "style")
+# What gaming rows may move under gaming_fit "substance": the terms that read the answer against its prompt.
+SUBSTANCE_FEATURES = (*DEGENERATION_FEATURES, *TEXT_RELEVANCE_FEATURES, *GRADED_FEATURES)
+GAMING_FITS = ("joint", "substance")
 READING_GATES = ("free", "own_property", "measured", "wish_measured")
 LOG_CHARS = FEATURE_NAMES.index("log_chars")
 # Signs the base coefficient v of these features keeps whatever the training rows' correlations (LinearConfig.signs):
@@ -307,11 +307,8 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     nuisance = np.concatenate([nuisance, *extra], axis=1)
     q = nuisance.shape[1]
     all_weights = row_weights(pairs, config)
-    if config.gaming_fit == "substance":
-        weights = np.where(gaming > 0, 0.0, all_weights)
-        weights = weights / weights.sum()
-    else:
-        weights = all_weights / all_weights.sum()
+    fitted_first = np.where(gaming > 0, 0.0, all_weights) if config.gaming_fit == "substance" else all_weights
+    weights = fitted_first / fitted_first.sum()
     k, dim = len(columns), crit.shape[1]
 
     def unpack(theta):

@@ -129,9 +129,9 @@ def _support(prompt: str, answer: str, common: frozenset = frozenset()) -> _Supp
     with the prompt or, through a chain of such stems, with a sentence that does (a prompt with no such word: the
     largest group of sentences is the answer; an answer none of whose sentences shares one with a prompt that has
     some, another prompt's answer, has no supported sentence: fluent text for the wrong prompt is worth nothing to
-    the length, style and n-gram terms, docs/crm.md run 29), or when it stands between two sentences that share such a stem with
-    the prompt and restate nothing (a recipe's steps under its title: padding wraps an answer, it does not
-    interleave with it; a chain is not enough, filler can chain through a bullet's bold label). A repeat
+    the length, style and n-gram terms, docs/crm.md run 29), or when it stands between two sentences that share
+    such a stem with the prompt and restate nothing (a recipe's steps under its title: padding wraps an answer, it
+    does not interleave with it; a chain is not enough, filler can chain through a bullet's bold label). A repeat
     restates one earlier sentence: all its stems but REPEAT_SLACK are in it, and at least REPEAT_SHARED."""
     prompt_counts, prompt_set = _prompt_stems(prompt)
     texts = _SENTENCE.split(_FENCED.sub(" ", answer))
