@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from usl_assets.crm import criteria_prototypes, data, evaluate, features, gaming, linear, linear_rows, properties
+from usl_assets.crm import (criteria_prototypes, data, evaluate, features, gaming, linear, linear_constraints,
+                            linear_rows, properties)
 from usl_assets.crm.backbones import resolve_backbone
 from usl_assets.crm.interface import ScoreItem
 from usl_assets.crm.linear import TrainingTimeLimit
@@ -211,9 +212,9 @@ def test_under_the_substance_fit_gaming_rows_move_only_the_substance_terms(table
         return linear.fit_linear(train, vectors, linear.LinearConfig(iterations=30, **changes), str,
                                  log=lambda _: None, reading_directions=[]).weights
 
-    without, substance = fit(gaming_weight=0.0), fit(gaming_fit="substance")
+    without, substance = fit(gaming_weight=0.0, gaming_fit="joint"), fit(gaming_fit="substance")
     names = [linear_rows.ROW_FEATURES[c] for c in substance.columns]
-    moved = np.array([name in linear.SUBSTANCE_FEATURES for name in names])
+    moved = np.array([name in linear_constraints.SUBSTANCE_FEATURES for name in names])
     assert np.array_equal(substance.u, without.u) and np.array_equal(substance.gate, without.gate)
     assert np.array_equal(substance.v[~moved], without.v[~moved]) and not np.allclose(substance.v[moved],
                                                                                      without.v[moved])
@@ -301,7 +302,7 @@ def test_a_property_measured_on_the_whole_answer_moves_only_with_its_reading(tab
     "structure:less", the whole answer's measured structure is paid for under that reading, and (reading_gate
     wish_measured) nothing else is; it has no base coefficient and no cells on the criteria's embedding, so criteria
     read as no property leave it at zero. What a wish for more structure learns on the whole answer it pays, after
-    the fit, on the structure of the answer's supported view (linear._more_wishes_on_view)."""
+    the fit, on the structure of the answer's supported view (linear_constraints.more_wishes_on_view)."""
     held = table[(table["split"] == "train") & (table["augmentation"] == "original")].head(60)
     bullets = "\n\n- one point\n- another point\n- a third point"
     pairs = pd.DataFrame({"prompt": held["prompt"], "chosen": held["chosen"],

@@ -43,15 +43,13 @@ from scipy import sparse
 from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES
 from usl_assets.crm.gaming_pairs import LABEL_KIND as GAMING_LABEL
 from usl_assets.crm.graded_answers import GradedAnswers
-from usl_assets.crm.criteria_prototypes import WISH
-from usl_assets.crm.linear_rows import (GRADED_COLUMN, GRADED_COLUMNS, GRADED_FEATURES, N_BUCKETS, ROW_FEATURES,
-                                        feature_name_rows, graded_matrix, ngram_matrix, raw_features)
-from usl_assets.crm.properties import (MEASURED_FEATURE, MEASURED_FEATURES, MEASURED_VIEW_FEATURE,
-                                       MEASURED_VIEW_FEATURES, PROPERTY_FEATURES)
+from usl_assets.crm import linear_constraints
+from usl_assets.crm.linear_constraints import MEASURED
+from usl_assets.crm.linear_rows import (GRADED_COLUMN, GRADED_COLUMNS, N_BUCKETS, ROW_FEATURES, feature_name_rows,
+                                        graded_matrix, ngram_matrix, raw_features)
 from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, common_stems
 from usl_assets.settings import StaleCheckpoint
 
-MEASURED = (*MEASURED_FEATURES, *MEASURED_VIEW_FEATURES)  # moved only by the reading of their property
 LENGTH_FEATURES = ("log_words", "log_chars")
 MARKDOWN_FEATURES = ("log_headings", "log_bold_marks", "log_list_items", "list_line_ratio")
 JUDGE_NUISANCES = ("style", "length", "none")
@@ -61,8 +59,6 @@ JUDGE_NUISANCES = ("style", "length", "none")
 # markdown difference is the same in every row, so alone its coefficient explained them all; the filler-free
 # gaming_reformatted twins at even odds pin it near zero, which leaves the filler to explain the padded rows.
 GAMING_NUISANCES = ("none", "truncated", "length", "markdown", "style")
-# What gaming rows may move under gaming_fit "substance": the terms that read the answer against its prompt.
-SUBSTANCE_FEATURES = (*DEGENERATION_FEATURES, *TEXT_RELEVANCE_FEATURES, *GRADED_FEATURES)
 GAMING_FITS = ("joint", "substance")
 READING_GATES = ("free", "own_property", "measured", "wish_measured")
 LOG_CHARS = FEATURE_NAMES.index("log_chars")
@@ -92,7 +88,8 @@ class LinearConfig:
     # 0.5, 1 at which every gaming-audit probe loses as it must in both pools (docs/crm.md, run 28)
     gaming_kind_weights: dict = field(default_factory=dict)  # augmentation → its rows' weight instead (ablations)
     gaming_fit: str = "joint"  # joint | substance: substance fits every coefficient without the gaming rows first,
-    # then only SUBSTANCE_FEATURES' base coefficients (and the gaming nuisance) on every row, the rest held
+    # then only SUBSTANCE_FEATURES' base coefficients (and the gaming nuisance) on every row, the rest held; not the
+    # default: MT-Bench's criteria fidelity fell under its check (docs/crm.md, runs 29 and 30)
     gaming_nuisance: str = "markdown"  # none | truncated | markdown | style: which of the gaming rows' style
     # differences get coefficients of their own, outside the reward (GAMING_NUISANCES)
     supported_view: bool = True  # n-grams and FEATURE_NAMES read what of the answer adds something (raw_features)
@@ -317,10 +314,14 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
         gate = theta[N_BUCKETS + k:N_BUCKETS + k + k * dim].reshape(k, dim)
         return u, v, gate, theta[len(theta) - q:]
 
-    def objective(theta, weights):
+    def margins(theta):
         u, v, gate, beta = unpack(theta)
         coefficients = v + (crit @ gate.T)[crit_rows]  # rows × k
-        z = d_grams @ u + (coefficients * d_features).sum(1) + nuisance @ beta
+        return d_grams @ u + (coefficients * d_features).sum(1) + nuisance @ beta
+
+    def objective(theta, weights):
+        u, v, gate, beta = unpack(theta)
+        z = margins(theta)
         loss = float(weights @ (np.logaddexp(0.0, z) - soft * z))
         g = weights * (1.0 / (1.0 + np.exp(-z)) - soft)
         per_criteria = member @ (d_features * g[:, None])  # criteria × k
@@ -345,8 +346,8 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     theta0 = np.zeros(N_BUCKETS + k + k * dim + q)
     lower, upper = np.full(len(theta0), -np.inf), np.full(len(theta0), np.inf)
     if config.reading_gate != "free" and reading_directions:
-        _bound_reading(lower, upper, columns, dim, reading_directions, config.reading_gate)
-    _bound_measured(lower, upper, columns, dim, len(reading_directions or ()))
+        linear_constraints.bound_reading(lower, upper, columns, dim, reading_directions, config.reading_gate)
+    linear_constraints.bound_measured(lower, upper, columns, dim, len(reading_directions or ()))
     if config.signs:
         for position, column in enumerate(columns):
             sign = SIGNS.get(ROW_FEATURES[column], 0)
@@ -361,91 +362,27 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     with threadpool_limits(limits=1):  # one thread: the same sums in the same order on any machine load
         result = minimize(objective, theta0, jac=True, method="L-BFGS-B", callback=safety_net, bounds=bounds,
                           args=(weights,), options={"maxiter": config.iterations, "maxfun": config.iterations * 2})
+        theta, loss, iterations = result.x, float(result.fun), int(result.nit)
         if config.gaming_fit == "substance":
-            result = _fit_substance(objective, result.x, lower, upper, columns, q,
-                                    all_weights / all_weights.sum(), config.iterations, safety_net)
-    u, v, gate, beta = unpack(result.x)
+            every_row = all_weights / all_weights.sum()
+            theta, more = linear_constraints.fit_substance(theta, margins(theta), d_features, nuisance, soft,
+                                                           every_row, lower, upper, columns, config.l2_features,
+                                                           config.iterations, safety_net)
+            loss, iterations = float(objective(theta, every_row)[0]), iterations + more
+    u, v, gate, beta = unpack(theta)
     if reading_directions and config.reading_gain != 1.0:
         gate = gate.copy()
         gate[:, dim - len(reading_directions):] *= config.reading_gain
     if reading_directions and config.more_wishes_on_view:
-        gate = _more_wishes_on_view(gate, columns, std, reading_directions)
+        gate = linear_constraints.more_wishes_on_view(gate, columns, std, reading_directions)
     log(f"linear CRM ({config.features} features{', n-grams' if config.ngrams else ''}): {len(pairs):,} rows, "
-        f"{result.nit} L-BFGS iterations, loss {result.fun:.4f}, judge {config.judge_nuisance} coefficients "
+        f"{iterations} L-BFGS iterations, loss {loss:.4f}, judge {config.judge_nuisance} coefficients "
         f"β={np.round(beta, 3).tolist()}")
     by_source = pairs.groupby("source").size().to_dict()
     kept_graded = graded if GRADED_COLUMN in columns else None
     sources = {s: {"rows": int(n), "weight": config.source_weights.get(s, 1.0)} for s, n in by_source.items()}
     fitted = LinearWeights(u, v, gate, mean, std, columns, float(beta[0]), kept_graded, config.supported_view, common)
-    return FitResult(fitted, float(result.fun),
-                     int(result.nit), len(pairs), sources, [round(float(b), 6) for b in beta])
-
-
-def _fit_substance(objective, theta, lower, upper, columns, q, weights, iterations, callback):
-    """gaming_fit "substance", second stage: from the fit without gaming rows, every row (gaming rows included)
-    moves only the base coefficients of SUBSTANCE_FEATURES and the nuisance coefficients; the n-grams, the other
-    features and the whole gate keep the humans', judge's and criteria's fit."""
-    from scipy.optimize import Bounds, minimize
-
-    held_lower, held_upper = theta.copy(), theta.copy()
-    free = [N_BUCKETS + position for position, column in enumerate(columns)
-            if ROW_FEATURES[column] in SUBSTANCE_FEATURES] + list(range(len(theta) - q, len(theta)))
-    held_lower[free], held_upper[free] = lower[free], upper[free]
-    return minimize(objective, theta, jac=True, method="L-BFGS-B", callback=callback,
-                    bounds=Bounds(held_lower, held_upper), args=(weights,),
-                    options={"maxiter": iterations, "maxfun": iterations * 2})
-
-
-def _bound_reading(lower: np.ndarray, upper: np.ndarray, columns: list[int], dim: int, directions: list[str],
-                   gate: str) -> None:
-    """The gate cell of feature f and reading column "P:more" may only be >= 0 when f measures P (PROPERTY_FEATURES,
-    or its MEASURED_FEATURES column alone: LinearConfig.reading_gate), "P:less" only <= 0, and every other reading
-    cell is 0 (theta's layout: fit_linear.unpack). A column labelled WISH + "P:…" is the wishes' half."""
-    k, first = len(columns), dim - len(directions)
-    for j, label in enumerate(directions):
-        name, way = label.removeprefix(WISH).rsplit(":", 1)
-        measured_only = gate == "measured" or (gate == "wish_measured" and label.startswith(WISH))
-        own = ((MEASURED_FEATURE[name],) if measured_only
-               else tuple(f for f in PROPERTY_FEATURES.get(name, ()) if f not in MEASURED_VIEW_FEATURES))
-        for position, column in enumerate(columns):
-            cell = N_BUCKETS + k + position * dim + first + j
-            if ROW_FEATURES[column] not in own:
-                lower[cell] = upper[cell] = 0.0
-            elif way == "more":
-                lower[cell] = 0.0
-            else:
-                upper[cell] = 0.0
-
-
-def _more_wishes_on_view(gate: np.ndarray, columns: list[int], std: np.ndarray, directions: list[str]) -> np.ndarray:
-    """After the fit: what a wish for more of a padded property (properties.MEASURED_VIEW_FEATURE) learned to pay
-    per unit of the whole answer's measure, it pays per unit of the supported view's (the standardized cell rescaled
-    by the two columns' spreads), so the padding's headings, bold bullets and filler buy nothing under "use bullet
-    points". The fit reads the whole answer, as the labels do: fitting on the view moved the default leaderboard
-    (docs/crm.md, run 26)."""
-    gate, names = gate.copy(), [ROW_FEATURES[c] for c in columns]
-    first = gate.shape[1] - len(directions)
-    for j, label in enumerate(directions):
-        name, way = label.removeprefix(WISH).rsplit(":", 1)
-        pair = (MEASURED_FEATURE[name], MEASURED_VIEW_FEATURE.get(name))
-        if not label.startswith(WISH) or way != "more" or not set(pair) <= set(names):
-            continue
-        whole, view = names.index(pair[0]), names.index(pair[1])
-        gate[view, first + j] = gate[whole, first + j] * std[view] / std[whole]
-        gate[whole, first + j] = 0.0
-    return gate
-
-
-def _bound_measured(lower: np.ndarray, upper: np.ndarray, columns: list[int], dim: int, n_reading: int) -> None:
-    """MEASURED_FEATURES and MEASURED_VIEW_FEATURES have no base coefficient and no gate cells on the criteria's
-    embedding: only the reading of their property moves them (a whole answer's length or bullets, filler included,
-    must not earn reward that the user did not ask for)."""
-    k = len(columns)
-    for position, column in enumerate(columns):
-        if ROW_FEATURES[column] in MEASURED:
-            lower[N_BUCKETS + position] = upper[N_BUCKETS + position] = 0.0
-            embedding = slice(N_BUCKETS + k + position * dim, N_BUCKETS + k + position * dim + dim - n_reading)
-            lower[embedding] = upper[embedding] = 0.0
+    return FitResult(fitted, loss, iterations, len(pairs), sources, [round(float(b), 6) for b in beta])
 
 
 def row_weights(pairs: pd.DataFrame, config: LinearConfig) -> np.ndarray:

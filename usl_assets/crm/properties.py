@@ -165,7 +165,7 @@ MEASURED_FEATURES = tuple(MEASURED_FEATURE.values())
 # The properties that padding buys (headings, bold summary bullets, filler: crm/gaming.py): a wish for MORE of one
 # is scored on the answer's supported view (crm/relevance.supported_text), `measured_view_<property>`, so filler
 # bullets do not satisfy "use bullet points"; a wish for less reads the whole answer, padding included
-# (crm/linear.py `_more_wishes_on_view`, docs/crm.md run 26).
+# (crm/linear_constraints.py `more_wishes_on_view`, docs/crm.md run 26).
 PADDED_PROPERTIES = ("length", "structure", "emphasis", "paragraphs")
 MEASURED_VIEW_FEATURE = {name: f"measured_view_{name}" for name in PADDED_PROPERTIES}
 MEASURED_VIEW_FEATURES = tuple(MEASURED_VIEW_FEATURE.values())
