@@ -18,7 +18,7 @@ SUBSTANCE_FEATURES = (*DEGENERATION_FEATURES, *TEXT_RELEVANCE_FEATURES, *GRADED_
 
 
 def fit_substance(theta, margins, d_features, nuisance, soft, weights, lower, upper, columns, l2_features,
-                   iterations, callback) -> tuple[np.ndarray, int]:
+                  iterations, callback) -> tuple[np.ndarray, int]:
     """gaming_fit "substance", second stage: from the fit without gaming rows (theta, its per-row margins), every
     row (gaming rows included) moves only the base coefficients of SUBSTANCE_FEATURES and the nuisance
     coefficients; the n-grams, the other features and the whole gate keep the humans', judge's and criteria's fit.
@@ -49,7 +49,7 @@ def fit_substance(theta, margins, d_features, nuisance, soft, weights, lower, up
 
 
 def bound_reading(lower: np.ndarray, upper: np.ndarray, columns: list[int], dim: int, directions: list[str],
-                   gate: str) -> None:
+                  gate: str) -> None:
     """The gate cell of feature f and reading column "P:more" may only be >= 0 when f measures P (PROPERTY_FEATURES,
     or its MEASURED_FEATURES column alone: LinearConfig.reading_gate), "P:less" only <= 0, and every other reading
     cell is 0 (theta's layout: fit_linear.unpack). A column labelled WISH + "P:…" is the wishes' half."""
