@@ -120,7 +120,7 @@ def rewards_under(weights, vectors_of, frame: pd.DataFrame, criteria=None) -> np
     return out
 
 
-def padding_paid_by(weights, vectors_of, source: pd.DataFrame, padded: pd.DataFrame, top: int = 6) -> str:
+def reward_terms_gap(weights, vectors_of, real: pd.DataFrame, probe: pd.DataFrame, top: int = 6) -> str:
     """The reward terms that differ most, on average, between a probe's answers and a real model's (same prompts,
     same order), under the pool's criteria: what pays for the padding, or what keeps an off-topic answer up."""
     def terms(frame: pd.DataFrame) -> np.ndarray:
@@ -131,7 +131,7 @@ def padding_paid_by(weights, vectors_of, source: pd.DataFrame, padded: pd.DataFr
         return np.concatenate([rows[:, :1].astype(np.float64), scaled * coefficients], axis=1)
 
     names = ["ngrams", *(linear_rows.ROW_FEATURES[c] for c in weights.columns)]
-    gap = (terms(padded.reset_index(drop=True)) - terms(source.reset_index(drop=True))).mean(axis=0)
+    gap = (terms(probe.reset_index(drop=True)) - terms(real.reset_index(drop=True))).mean(axis=0)
     order = np.argsort(-np.abs(gap))[:top]
     return f"total {gap.sum():+.3f}: " + ", ".join(f"{names[i]} {gap[i]:+.3f}" for i in order)
 
@@ -225,10 +225,10 @@ def main() -> None:
             source = pool[pool["model"] == real.index[-1]].sort_values("prompt_id")
             padded = probed[probed["model"] == "probe:padded"].sort_values("prompt_id")
             print(f"  padded probe vs its source, mean reward terms: "
-                  f"{padding_paid_by(weights, vectors_of, source, padded)}")
+                  f"{reward_terms_gap(weights, vectors_of, source, padded)}")
             off_topic = probed[probed["model"] == "probe:off_topic"].sort_values("prompt_id")
             print(f"  off-topic probe vs the weakest real model, mean reward terms: "
-                  f"{padding_paid_by(weights, vectors_of, source, off_topic)}")
+                  f"{reward_terms_gap(weights, vectors_of, source, off_topic)}")
             wishes = probes_under_wishes.wish_report(weights, vectors_of, pool, reference)
             print(f"  under blind wishes: {probes_under_wishes.summary(wishes)}")
             if pool_name == "alpaca_eval":

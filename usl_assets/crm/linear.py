@@ -319,11 +319,13 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
         coefficients = v + (crit @ gate.T)[crit_rows]  # rows × k
         return d_grams @ u + (coefficients * d_features).sum(1) + nuisance @ beta
 
+    def pair_loss(z, weights):
+        """The weighted soft Bradley–Terry loss at margins z, and its slope per row."""
+        return float(weights @ (np.logaddexp(0.0, z) - soft * z)), weights * (1.0 / (1.0 + np.exp(-z)) - soft)
+
     def objective(theta, weights):
         u, v, gate, beta = unpack(theta)
-        z = margins(theta)
-        loss = float(weights @ (np.logaddexp(0.0, z) - soft * z))
-        g = weights * (1.0 / (1.0 + np.exp(-z)) - soft)
+        loss, g = pair_loss(margins(theta), weights)
         per_criteria = member @ (d_features * g[:, None])  # criteria × k
         grad = np.concatenate([
             d_grams.T @ g + 2 * config.l2_ngrams * u,
@@ -365,7 +367,7 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
         theta, loss, iterations = result.x, float(result.fun), int(result.nit)
         if config.gaming_fit == "substance":
             every_row = all_weights / all_weights.sum()
-            theta, more = linear_constraints.fit_substance(theta, margins(theta), d_features, nuisance, soft,
+            theta, more = linear_constraints.fit_substance(theta, margins(theta), d_features, nuisance, pair_loss,
                                                            every_row, lower, upper, columns, config.l2_features,
                                                            config.iterations, safety_net)
             loss, iterations = float(objective(theta, every_row)[0]), iterations + more

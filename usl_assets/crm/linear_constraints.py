@@ -17,13 +17,14 @@ MEASURED = (*MEASURED_FEATURES, *MEASURED_VIEW_FEATURES)  # moved only by the re
 SUBSTANCE_FEATURES = (*DEGENERATION_FEATURES, *TEXT_RELEVANCE_FEATURES, *GRADED_FEATURES)
 
 
-def fit_substance(theta, margins, d_features, nuisance, soft, weights, lower, upper, columns, l2_features,
+def fit_substance(theta, margins, d_features, nuisance, pair_loss, weights, lower, upper, columns, l2_features,
                   iterations, callback) -> tuple[np.ndarray, int]:
     """gaming_fit "substance", second stage: from the fit without gaming rows (theta, its per-row margins), every
     row (gaming rows included) moves only the base coefficients of SUBSTANCE_FEATURES and the nuisance
     coefficients; the n-grams, the other features and the whole gate keep the humans', judge's and criteria's fit.
     The held terms are a fixed offset per row, so this is a logistic regression on a dozen columns: its cost is
-    a small share of the first stage's. Returns theta with the free coefficients refitted and the iterations."""
+    a small share of the first stage's. pair_loss(z, weights): the fit's loss at margins z and its slope per row.
+    Returns theta with the free coefficients refitted and the iterations."""
     from scipy.optimize import Bounds, minimize
 
     free_columns = [p for p, column in enumerate(columns) if ROW_FEATURES[column] in SUBSTANCE_FEATURES]
@@ -33,12 +34,10 @@ def fit_substance(theta, margins, d_features, nuisance, soft, weights, lower, up
     offset = margins - design @ theta[free]
 
     def objective(x):
-        z = offset + design @ x
-        g = weights * (1.0 / (1.0 + np.exp(-z)) - soft)
+        loss, g = pair_loss(offset + design @ x, weights)
         grad = design.T @ g
         grad[:n_free_v] += 2 * l2_features * x[:n_free_v]
-        loss = float(weights @ (np.logaddexp(0.0, z) - soft * z)) + l2_features * x[:n_free_v] @ x[:n_free_v]
-        return loss, grad
+        return loss + l2_features * x[:n_free_v] @ x[:n_free_v], grad
 
     result = minimize(objective, theta[free], jac=True, method="L-BFGS-B", callback=callback,
                       bounds=Bounds(lower[free], upper[free]),
