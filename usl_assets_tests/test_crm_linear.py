@@ -3,6 +3,7 @@ it follows the criteria, its training is deterministic on a loaded machine, and 
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pandas as pd
 import pytest
 
 from usl_assets.crm import (criteria_prototypes, data, evaluate, features, gaming, linear, linear_constraints,
-                            linear_rows, properties)
+                            linear_rows, linear_weights, properties)
 from usl_assets.crm.backbones import resolve_backbone
 from usl_assets.crm.interface import ScoreItem
 from usl_assets.crm.linear import TrainingTimeLimit
@@ -286,7 +287,7 @@ def test_a_criterion_read_as_less_of_a_property_never_pays_for_more_of_it(table)
         linear.fit_linear(pairs, vectors, linear.LinearConfig(iterations=2, reading_gate="own_property"),
                           lambda _: "c", log=lambda _: None)
 
-    def fitted(gain: float) -> linear.LinearWeights:
+    def fitted(gain: float) -> linear_weights.LinearWeights:
         return linear.fit_linear(pairs, vectors, linear.LinearConfig(iterations=20, ngrams=False, reading_gain=gain),
                                  lambda _: "c", log=lambda _: None, reading_directions=directions).weights
 
@@ -313,7 +314,7 @@ def test_a_property_measured_on_the_whole_answer_moves_only_with_its_reading(tab
     directions = ["structure:more", "structure:less", f"{wish}structure:more", f"{wish}structure:less"]
     vectors = {"c": np.array([0.5, 0.5, 0.0, 0.0, 0.0, 4.0])}  # a wish for less structure
 
-    def fitted(gate: str) -> tuple[linear.LinearWeights, list[str]]:
+    def fitted(gate: str) -> tuple[linear_weights.LinearWeights, list[str]]:
         weights = linear.fit_linear(pairs, vectors, linear.LinearConfig(iterations=40, ngrams=False, reading_gate=gate),
                                     lambda _: "c", log=lambda _: None, reading_directions=directions).weights
         return weights, [linear_rows.ROW_FEATURES[c] for c in weights.columns]
@@ -362,3 +363,38 @@ def test_padding_earns_no_measured_structure_on_the_view():
         assert column[f"measured_{name}"][1] > column[f"measured_{name}"][0], name
     for name in ("structure", "emphasis"):
         assert column[f"measured_view_{name}"][1] == column[f"measured_view_{name}"][0], name
+
+
+def test_under_a_wish_the_wish_decides_and_an_answer_that_misses_the_prompt_still_loses(table, backbone, tmp_path):
+    """linear_weights.WishFocus: under a wish read at full strength, the rest of the reward steps aside, so two real
+    answers that tie in what the wish asks for tie in reward and the one with more of it wins; an answer given to
+    another prompt still loses to the real one (the substance floor); criteria with no wish score as without it."""
+    from usl_assets.crm import gaming
+
+    result = train_crm(table[table["split"] == "train"], backbone, config(), tmp_path / "crm", log=lambda _: None)
+    scorer = load_scorer(result.checkpoint_dir)
+    weights = scorer.weights
+    wish, rubric = ("Put the key terms in bold.",), tuple(table.loc[table["split"] == "train", "criteria"].iloc[0])
+    assert weights.wish_strength(scorer.embed_criteria([wish])[0]) == pytest.approx(1.0)
+    assert weights.wish_strength(scorer.embed_criteria([rubric])[0]) == 0.0
+    held = table[(table["split"] == "human_heldout") & (table["augmentation"] == "original")]
+    plain = held[~held["chosen"].str.contains(r"\*\*") & ~held["rejected"].str.contains(r"\*\*")].head(20)
+    rows = scorer.embed_responses(list(plain["prompt"]) * 2, list(plain["chosen"]) + list(plain["rejected"]))
+    focused = scorer.score_embedded(rows, scorer.embed_criteria([wish])[0])
+    shortfall = weights.reward_terms(rows, scorer.embed_criteria([wish])[0])[2]
+    untouched = shortfall == 0  # neither side short of substance: the wish's measure alone decides, and it ties
+    both = untouched[:len(plain)] & untouched[len(plain):]
+    assert both.sum() >= 5
+    np.testing.assert_allclose(focused[:len(plain)][both], focused[len(plain):][both], atol=1e-5)
+    bold = [f"{a} **In short:** the answer above." for a in plain["chosen"]]
+    with_bold = scorer.score_embedded(scorer.embed_responses(list(plain["prompt"]), bold),
+                                      scorer.embed_criteria([wish])[0])
+    assert (with_bold > focused[:len(plain)]).all()
+    moved = gaming.shifted(list(held["prompt"]), 0)
+    real = scorer.score([ScoreItem(p, a, wish) for p, a in zip(held["prompt"], held["chosen"])])
+    off = scorer.score([ScoreItem(p, held["chosen"].iloc[j], wish) for p, j in zip(held["prompt"], moved)])
+    assert (real > off).mean() > 0.7
+    default_rows = scorer.embed_responses(list(plain["prompt"]), list(plain["chosen"]))
+    vector = scorer.embed_criteria([rubric])[0]
+    np.testing.assert_array_equal(weights.score_rows(default_rows, vector),
+                                  replace(weights, focus=None).score_rows(default_rows, vector))

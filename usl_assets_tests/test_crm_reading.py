@@ -11,7 +11,7 @@ import pytest
 
 from usl_assets.crm import data, reading
 from usl_assets.crm.backbones import resolve_backbone
-from usl_assets.crm.linear import LinearWeights
+from usl_assets.crm.linear_weights import LinearWeights
 from usl_assets.crm.linear_rows import N_BUCKETS, ROW_FEATURES
 from usl_assets.crm.linear_crm import LinearScorer
 from usl_assets.crm.interface import NEUTRAL_CRITERIA

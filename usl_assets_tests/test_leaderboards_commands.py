@@ -211,6 +211,7 @@ def test_explain_prints_how_the_crm_reads_each_criterion_and_the_set(linear_home
     assert lines[2].startswith(f"  '{EXPLAINED[0]}': length ↓") and lines[3].startswith(f"  '{EXPLAINED[1]}': length ↑")
     assert f"warning: criterion '{EXPLAINED[2]}' is read as almost nothing" in reading
     assert "warning: criteria pull length in opposite directions" in reading
+    assert "  read as a wish: the rest of the CRM's judgment counts " in reading  # the wish focus's share
 
     code, out, err = run(capsys, *explained_argv("--explain", "--format", "json"))
     document = json.loads(out)  # stdout stays one JSON document

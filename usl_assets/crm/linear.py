@@ -29,13 +29,11 @@ LMArena's style control), so the reward learns length and markdown only where hu
 Gaming rows (crm/gaming_pairs.py: the real answer against an off-topic, generic, echoed, padded or truncated one)
 weigh `gaming_weight` each; their own nuisance coefficients (`gaming_nuisance`) take their markdown difference and a
 truncated row's length, and the n-gram score skips them. It is deterministic: L-BFGS for a fixed number of
-iterations on one thread, from zeros; no clock is read.
+iterations on one thread, from zeros; no clock is read. The fitted reward, and how it scores under a user's
+wish, is crm/linear_weights.py's LinearWeights.
 """
 
-import json
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 from scipy import sparse
@@ -43,12 +41,12 @@ from scipy import sparse
 from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES
 from usl_assets.crm.gaming_pairs import LABEL_KIND as GAMING_LABEL
 from usl_assets.crm.graded_answers import GradedAnswers
-from usl_assets.crm import linear_constraints
+from usl_assets.crm import linear_constraints, linear_weights
+from usl_assets.crm.linear_weights import LinearWeights
 from usl_assets.crm.linear_constraints import MEASURED
 from usl_assets.crm.linear_rows import (GRADED_COLUMN, GRADED_COLUMNS, N_BUCKETS, ROW_FEATURES, feature_name_rows,
                                         graded_matrix, ngram_matrix, raw_features)
 from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, common_stems
-from usl_assets.settings import StaleCheckpoint
 
 LENGTH_FEATURES = ("log_words", "log_chars")
 MARKDOWN_FEATURES = ("log_headings", "log_bold_marks", "log_list_items", "list_line_ratio")
@@ -66,8 +64,6 @@ LOG_CHARS = FEATURE_NAMES.index("log_chars")
 # on human pairs, answers with more unsupported sentences are longer and win, but a sentence tied to nothing in
 # the prompt or the answer adds nothing; the criteria's gate may still move them.
 SIGNS = {"unsupported_sentence_share": -1, "log_excess_unsupported_words": -1, "prompt_fit": 1}
-WEIGHTS_FILE = "linear.safetensors"
-SHAPE_FILE = "linear.json"
 
 
 @dataclass(frozen=True)
@@ -107,6 +103,8 @@ class LinearConfig:
     more_wishes_on_view: bool = True  # after the fit, a wish for more length, structure, bold or paragraphs pays
     # for them as measured on the answer's supported view, not the whole answer (`_more_wishes_on_view`); nothing
     # without the measured columns (measured=False, the length-only twin)
+    wish_focus: tuple[float, float] | None = (0.5, 3.0)  # under a wish the wish decides, what misses the prompt
+    # still loses: (margin, cost) of crm/wish_focus.py; None: every term at its weight under any criteria (run 31)
     reading_gain: float = 1.0  # the fitted gate's reading columns times this, once, after the fit: how far a
     # criterion the bank reads moves a whole leaderboard, which the pairwise fit leaves too timid (docs/crm.md)
 
@@ -133,75 +131,6 @@ class LinearConfig:
 # weigh as much as Auto-J's.
 DEFAULT_SOURCE_WEIGHTS = {"autoj": 2.0, "user": 2.0, "alpaca_eval_judge": 0.25, "hh_rlhf_harmless": 0.5}
 
-
-
-@dataclass
-class LinearWeights:
-    u: np.ndarray  # N_BUCKETS (zeros without n-grams)
-    v: np.ndarray  # len(columns)
-    gate: np.ndarray  # len(columns) × criteria dim
-    feature_mean: np.ndarray
-    feature_std: np.ndarray
-    columns: list[int]
-    beta: float = 0.0  # the AI judge's length coefficient, β's first term (not part of the reward)
-    graded: GradedAnswers | None = None
-    supported_view: bool = False  # LinearConfig.supported_view at training
-    common: frozenset = frozenset()  # the training answers' common stems (relevance.common_stems)
-    graded_folder: Path | None = None  # a loaded checkpoint's folder: its graded answers are read when first needed
-
-    def graded_answers(self) -> GradedAnswers | None:
-        """The graded answers, read from the checkpoint on first use (a row cached by scoring never needs them, so
-        a new criterion on the command line does not pay for reading them)."""
-        if self.graded is None and self.graded_folder is not None:
-            self.graded, self.graded_folder = GradedAnswers.load(self.graded_folder), None
-        return self.graded
-
-    def response_rows(self, prompts: list[str], responses: list[str]) -> np.ndarray:
-        """Per response: [u·h(a), then ROW_FEATURES raw] (float32): what scoring caches."""
-        graded_answers = self.graded_answers() if GRADED_COLUMN in self.columns else None
-        graded = graded_matrix(graded_answers, prompts, responses)
-        features, views = raw_features(prompts, responses, graded, self.supported_view, self.common)
-        ngram = ngram_matrix(views) @ self.u if np.any(self.u) else np.zeros(len(responses))
-        return np.concatenate([np.asarray(ngram, np.float64).reshape(-1, 1), features], axis=1).astype(np.float32)
-
-    def scaled_features(self, rows: np.ndarray) -> np.ndarray:
-        """The standardized features f(p, a) of response rows ([n-gram score, ROW_FEATURES raw])."""
-        return (rows[:, 1:][:, self.columns].astype(np.float64) - self.feature_mean) / self.feature_std
-
-    def coefficients(self, criteria_vector: np.ndarray) -> np.ndarray:
-        """v + W e(c): each standardized feature's coefficient under one criteria vector."""
-        return self.v + self.gate @ np.asarray(criteria_vector, np.float64)
-
-    def score_rows(self, rows: np.ndarray, criteria_vector: np.ndarray) -> np.ndarray:
-        scaled, coefficients = self.scaled_features(rows), self.coefficients(criteria_vector)
-        return (rows[:, 0].astype(np.float64) + scaled @ coefficients).astype(np.float32)
-
-    def save(self, folder: Path, extra: dict) -> None:
-        from safetensors.numpy import save_file
-
-        tensors = {name: np.ascontiguousarray(getattr(self, name), dtype=np.float32)
-                   for name in ("u", "v", "gate", "feature_mean", "feature_std")}
-        save_file(tensors, folder / WEIGHTS_FILE)
-        if GRADED_COLUMN in self.columns and self.graded_answers() is not None:
-            self.graded.save(folder)
-        shape = {"columns": self.columns, "feature_names": [ROW_FEATURES[c] for c in self.columns], "beta": self.beta,
-                 "supported_view": self.supported_view, "common_stems": sorted(self.common)}
-        (folder / SHAPE_FILE).write_text(json.dumps({**shape, **extra}, indent=2), encoding="utf-8")
-
-    @classmethod
-    def load(cls, folder: Path) -> "LinearWeights":
-        from safetensors.numpy import load_file
-
-        tensors = load_file(folder / WEIGHTS_FILE)
-        shape = json.loads((folder / SHAPE_FILE).read_text(encoding="utf-8"))
-        saved = shape.get("feature_names")
-        if saved is not None and saved != [ROW_FEATURES[c] for c in shape["columns"]]:
-            raise StaleCheckpoint(f"{folder} was trained on another feature layout ({', '.join(saved)}): retrain it "
-                                  "(`usl run`, or `make run`)")
-        return cls(**{k: v.astype(np.float64) for k, v in tensors.items()}, columns=shape["columns"],
-                   beta=shape["beta"], graded=None, graded_folder=folder,
-                   supported_view=shape.get("supported_view", False),
-                   common=frozenset(shape.get("common_stems", ())))
 
 
 @dataclass
@@ -383,7 +312,9 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     by_source = pairs.groupby("source").size().to_dict()
     kept_graded = graded if GRADED_COLUMN in columns else None
     sources = {s: {"rows": int(n), "weight": config.source_weights.get(s, 1.0)} for s, n in by_source.items()}
-    fitted = LinearWeights(u, v, gate, mean, std, columns, float(beta[0]), kept_graded, config.supported_view, common)
+    focus = linear_weights.for_reading(reading_directions, *config.wish_focus) if config.wish_focus else None
+    fitted = LinearWeights(u, v, gate, mean, std, columns, float(beta[0]), kept_graded, config.supported_view, common,
+                           focus=focus)
     return FitResult(fitted, loss, iterations, len(pairs), sources, [round(float(b), 6) for b in beta])
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from usl_assets.crm import linear, linear_rows, relevance
+from usl_assets.crm import linear, linear_rows, linear_weights, relevance
 from usl_assets.crm import criteria_prototypes
 from usl_assets.crm.backbones import Backbone
 from usl_assets.crm.criteria_prototypes import PrototypeBank
@@ -151,7 +151,8 @@ def train_linear(pairs: pd.DataFrame, backbone: Backbone, train_config, folder: 
     fitted.weights.save(folder, extra)
     twin_config = linear.LinearConfig(iterations=config.iterations, ngrams=False, features="length",
                                       source_weights=config.source_weights, supported_view=False,
-                                      reading_gate="own_property")  # it has no MEASURED_FEATURES for a wish to move
+                                      reading_gate="own_property",  # no MEASURED_FEATURES for a wish to move
+                                      wish_focus=None)  # a baseline: every term at its weight under any criteria
     twin = linear.fit_linear(pairs, vectors, twin_config, criteria_key, log=log, deadline=deadline,
                              reading_directions=encoder.bank.reading_columns)
     encoder.bank.emphasized = True
@@ -168,7 +169,7 @@ class LinearScorer:
 
     architecture = "linear"
 
-    def __init__(self, weights: linear.LinearWeights, encoder: CriteriaEncoder, checkpoint_id: str):
+    def __init__(self, weights: linear_weights.LinearWeights, encoder: CriteriaEncoder, checkpoint_id: str):
         self.weights, self.encoder, self.checkpoint_id = weights, encoder, checkpoint_id
 
     def embed_responses(self, prompts: list[str], responses: list[str], batch_size: int = 32) -> np.ndarray:
@@ -196,7 +197,7 @@ def load_linear_scorer(folder: Path, backbone: Backbone, checkpoint_id: str, len
     import json
 
     weights_dir = folder / LENGTH_ONLY_DIR if length_only else folder
-    shape = json.loads((weights_dir / linear.SHAPE_FILE).read_text(encoding="utf-8"))
+    shape = json.loads((weights_dir / linear_weights.SHAPE_FILE).read_text(encoding="utf-8"))
     encoder = encoder or CriteriaEncoder(backbone, int(shape["criteria_max_length"]), PrototypeBank.load(folder))
     suffix = "-length-only" if length_only else ""
-    return LinearScorer(linear.LinearWeights.load(weights_dir), encoder, checkpoint_id + suffix)
+    return LinearScorer(linear_weights.LinearWeights.load(weights_dir), encoder, checkpoint_id + suffix)

@@ -90,6 +90,7 @@ class CriteriaReading:
     available: bool = True
     note: str = ""  # why there is nothing to read (another architecture, no criteria)
     distinctness: dict[str, float] = field(default_factory=dict)  # criterion -> distinctness() of its pull
+    rest_share: float = 1.0  # what the rest of the reward counts beside the wishes (crm/linear_weights.py)
 
     def arrows(self, criterion: str | None = None) -> dict[str, str]:
         """property -> arrow, for the whole set or one of the criteria."""
@@ -163,12 +164,19 @@ def is_readable(scorer) -> bool:
             and hasattr(weights, "gate") and hasattr(weights, "columns"))
 
 
-def _pulls(scorer, profiles: list[tuple[str, ...]], neutral: np.ndarray) -> np.ndarray:
-    """coef(profile) − coef(neutral) = W (e(profile) − e(neutral)) per profile: rows × coefficients."""
+def _embedded(scorer, profiles: list[tuple[str, ...]]) -> np.ndarray:
     if not profiles:
-        return np.zeros((0, len(scorer.weights.columns)))
-    vectors = np.asarray(scorer.encoder.embed(profiles), np.float64)
-    return (vectors - neutral) @ np.asarray(scorer.weights.gate, np.float64).T
+        return np.zeros((0, scorer.weights.gate.shape[1]))
+    return np.asarray(scorer.encoder.embed(profiles), np.float64)
+
+
+def _pulls(scorer, vectors: np.ndarray, neutral: np.ndarray) -> np.ndarray:
+    """coef(profile) − coef(neutral) per profile (rows × coefficients), as scoring applies them
+    (LinearWeights.scoring_coefficients): W (e(profile) − e(neutral)), or under a wish the wish focus's."""
+    weights = scorer.weights
+    if not len(vectors):
+        return np.zeros((0, len(weights.columns)))
+    return np.stack([weights.scoring_coefficients(v) for v in vectors]) - weights.scoring_coefficients(neutral)
 
 
 def _shifts(pulls: np.ndarray, groups: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
@@ -200,10 +208,11 @@ def reference_scale(scorer, cache_dir: Path | None = None) -> Reference:
 def _compute_reference(scorer) -> Reference:
     neutral = np.asarray(scorer.encoder.embed([NEUTRAL_CRITERIA])[0], np.float64)
     groups, kinds = property_groups(list(scorer.weights.columns))
-    unrelated = _pulls(scorer, [(text,) for text in UNRELATED_TEXTS], neutral)
+    unrelated = _pulls(scorer, _embedded(scorer, [(text,) for text in UNRELATED_TEXTS]), neutral)
     phrasings = _all_training_phrasings()
     keys = [key for key, texts in phrasings.items() for _ in texts]
-    phrased = _shifts(_pulls(scorer, [(t,) for texts in phrasings.values() for t in texts], neutral), groups)
+    phrased = _shifts(_pulls(scorer, _embedded(scorer, [(t,) for texts in phrasings.values() for t in texts]),
+                             neutral), groups)
     center, noise, level = {}, {}, {}
     for prop, values in _shifts(unrelated, groups).items():
         mid, spread = _robust(values)
@@ -290,7 +299,8 @@ def read_criteria(scorer, criteria: list[str], cache_dir: Path | None = None) ->
         return CriteriaReading(lines, _empty_table(), note="no criteria given: nothing to read")
     ref = reference_scale(scorer, cache_dir)
     singles = list(dict.fromkeys(lines))
-    pulls = _pulls(scorer, [tuple(lines), *[(line,) for line in singles]], ref.neutral)
+    vectors = _embedded(scorer, [tuple(lines), *[(line,) for line in singles]])
+    pulls = _pulls(scorer, vectors, ref.neutral)
     shifts = _shifts(pulls, ref.groups)
     names = [ROW_FEATURES[c] for c in scorer.weights.columns]
     props = list(ref.groups)
@@ -321,7 +331,8 @@ def read_criteria(scorer, criteria: list[str], cache_dir: Path | None = None) ->
             warnings.append(f"criterion '{line}' is read as almost nothing (it moves the reward no more than an "
                             "unrelated sentence does): the CRM cannot measure it; rephrase it")
     warnings += _conflicts(singles, single_arrows, ref)
-    return CriteriaReading(singles, table, warnings, distinctness=distinct)
+    rest = 1.0 - scorer.weights.wish_strength(vectors[0])
+    return CriteriaReading(singles, table, warnings, distinctness=distinct, rest_share=rest)
 
 
 def distinctness(reference: Reference, pull: np.ndarray) -> float:
@@ -357,6 +368,14 @@ def arrows_line(table: pd.DataFrame, column: str = "arrow", kind: str = TIED) ->
     return ", ".join(f"{prop} {mark}" for prop, mark in zip(rows["property"], rows[column]))
 
 
+def focus_line(reading: CriteriaReading) -> str:
+    """What the wish focus (crm/linear_weights.py) leaves of the rest of the reward, or "" under no wish."""
+    if reading.rest_share >= 1.0:
+        return ""
+    return (f"read as a wish: the rest of the CRM's judgment counts {reading.rest_share:.0%} beside it (an answer "
+            "that misses the prompt still loses)")
+
+
 def render_reading(reading: CriteriaReading) -> str:
     """The reading as plain text: one line for the set, one per criterion when several, then the warnings."""
     if not reading.available or reading.table.empty:
@@ -371,5 +390,7 @@ def render_reading(reading: CriteriaReading) -> str:
     untied = arrows_line(reading.table, kind=UNTIED)
     if untied:
         lines.append(f"  {UNTIED}: {untied}")
+    if focus_line(reading):
+        lines.append(f"  {focus_line(reading)}")
     lines += [f"warning: {warning}" for warning in reading.warnings]
     return "\n".join(lines)

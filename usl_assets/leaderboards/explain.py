@@ -29,6 +29,7 @@ RELEVANCE_TERM = "fit to the prompt (relevance, unsupported sentences, unfinishe
 GRADED_TERM = "graded answers (the AI judge's grades of other answers to the prompt)"
 DEGENERATION_TERM = "degeneration (repeats, prompt copies, prompt terms missed)"
 OTHER_TERM = "other style features"
+SHORTFALL_TERM = "substance shortfall under a wish (an answer that misses the prompt)"
 
 
 def term_of(feature: str) -> str:
@@ -47,18 +48,25 @@ def term_of(feature: str) -> str:
 
 def reward_terms(weights, rows: np.ndarray, criteria_vectors: np.ndarray) -> pd.DataFrame:
     """Per response (a row of `rows`: [n-gram score, ROW_FEATURES raw], under its own criteria vector): the reward's
-    terms, one column each; they add up to the reward (LinearWeights.score_rows)."""
+    terms, one column each; they add up to the reward (LinearWeights.reward_terms: under a wish the terms are
+    the wish focus's, crm/linear_weights.py)."""
     rows = np.asarray(rows)
     criteria_vectors = np.atleast_2d(np.asarray(criteria_vectors, np.float64))
     if len(criteria_vectors) == 1:
         criteria_vectors = np.repeat(criteria_vectors, len(rows), axis=0)
     distinct, which = np.unique(criteria_vectors, axis=0, return_inverse=True)
-    coefficients = np.stack([weights.coefficients(vector) for vector in distinct])[which.reshape(-1)]
-    contributions = weights.scaled_features(rows) * coefficients
-    terms = {NGRAM_TERM: rows[:, 0].astype(np.float64)}
+    which = which.reshape(-1)
+    ngram, shortfall = np.zeros(len(rows)), np.zeros(len(rows))
+    contributions = np.zeros((len(rows), len(weights.columns)))
+    for i, vector in enumerate(distinct):
+        members = which == i
+        ngram[members], contributions[members], shortfall[members] = weights.reward_terms(rows[members], vector)
+    terms = {NGRAM_TERM: ngram}
     for position, column in enumerate(weights.columns):
         name = term_of(ROW_FEATURES[column])
         terms[name] = terms.get(name, 0.0) + contributions[:, position]
+    if np.any(shortfall):
+        terms[SHORTFALL_TERM] = shortfall
     return pd.DataFrame(terms)
 
 
