@@ -45,9 +45,6 @@ class WishFocus:
         wishes = np.asarray(criteria_vector, np.float64).reshape(-1)[-self.wish_columns:]
         return float(np.clip(wishes.sum() / self.full, 0.0, 1.0))
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 def for_reading(reading_columns: list[str] | None, margin: float, cost: float) -> WishFocus | None:
     """The focus of a CRM whose criteria vectors end in `reading_columns` (None where they carry no wish half)."""
@@ -57,24 +54,27 @@ def for_reading(reading_columns: list[str] | None, margin: float, cost: float) -
     return WishFocus(wishes, criteria_prototypes.SCALE * criteria_prototypes.EMPHASIS, margin, cost)
 
 
-def wish_and_rest(weights: "LinearWeights", criteria_vector: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The coefficients the wishes' reading gives (nonzero on their properties' measured columns only) and those
-    the rest of the criteria vector gives, base included: they sum to LinearWeights.coefficients."""
+def focused_coefficients(weights: "LinearWeights", criteria_vector: np.ndarray,
+                         strength: float) -> tuple[np.ndarray, np.ndarray]:
+    """Under a wish of `strength`: (the coefficients scoring applies, the rest's). The wishes' reading gives its own
+    (nonzero on their properties' measured columns only), the rest of the criteria vector, base included, the
+    others; the applied ones are the wishes' plus (1 − strength) times the rest's."""
     vector = np.asarray(criteria_vector, np.float64).reshape(-1)
     wish = np.zeros_like(vector)
     wish[-weights.focus.wish_columns:] = vector[-weights.focus.wish_columns:]
-    return weights.gate @ wish, weights.v + weights.gate @ (vector - wish)
+    rest = weights.v + weights.gate @ (vector - wish)
+    return (1.0 - strength) * rest + weights.gate @ wish, rest
 
 
 def focused_terms(weights: "LinearWeights", rows: np.ndarray, criteria_vector: np.ndarray,
                   strength: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(n-gram score, per-feature contributions, substance shortfall) of response rows under one criteria vector
     with a wish of `strength` > 0: they sum to the reward."""
-    _, rest = wish_and_rest(weights, criteria_vector)
+    coefficients, rest = focused_coefficients(weights, criteria_vector, strength)
     scaled = weights.scaled_features(rows)
     substance = np.array([ROW_FEATURES[column] in SUBSTANCE_FEATURES for column in weights.columns])
     shortfall = np.minimum(0.0, scaled[:, substance] @ rest[substance] + weights.focus.margin)
-    return ((1.0 - strength) * rows[:, 0].astype(np.float64), scaled * weights.scoring_coefficients(criteria_vector),
+    return ((1.0 - strength) * rows[:, 0].astype(np.float64), scaled * coefficients,
             weights.focus.cost * strength * shortfall)
 
 
@@ -91,7 +91,7 @@ class LinearWeights:
     supported_view: bool = False  # LinearConfig.supported_view at training
     common: frozenset = frozenset()  # the training answers' common stems (relevance.common_stems)
     graded_folder: Path | None = None  # a loaded checkpoint's folder: its graded answers are read when first needed
-    focus: WishFocus | None = None  # under a wish the wish decides (crm/wish_focus.py); None: no such rule
+    focus: WishFocus | None = None  # under a wish the wish decides (module docstring); None: no such rule
 
     def graded_answers(self) -> GradedAnswers | None:
         """The graded answers, read from the checkpoint on first use (a row cached by scoring never needs them, so
@@ -126,8 +126,7 @@ class LinearWeights:
         strength = self.wish_strength(criteria_vector)
         if strength == 0:
             return self.coefficients(criteria_vector)
-        own, rest = wish_and_rest(self, criteria_vector)
-        return (1.0 - strength) * rest + own
+        return focused_coefficients(self, criteria_vector, strength)[0]
 
     def reward_terms(self, rows: np.ndarray, criteria_vector: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(n-gram score, per-feature contributions, substance shortfall under a wish) per response: they sum to
@@ -139,8 +138,9 @@ class LinearWeights:
                 np.zeros(len(rows)))
 
     def score_rows(self, rows: np.ndarray, criteria_vector: np.ndarray) -> np.ndarray:
-        if self.wish_strength(criteria_vector) > 0:
-            ngram, contributions, shortfall = self.reward_terms(rows, criteria_vector)
+        strength = self.wish_strength(criteria_vector)
+        if strength > 0:
+            ngram, contributions, shortfall = focused_terms(self, rows, criteria_vector, strength)
             return (ngram + contributions.sum(axis=1) + shortfall).astype(np.float32)
         scaled, coefficients = self.scaled_features(rows), self.coefficients(criteria_vector)
         return (rows[:, 0].astype(np.float64) + scaled @ coefficients).astype(np.float32)
@@ -155,7 +155,7 @@ class LinearWeights:
             self.graded.save(folder)
         shape = {"columns": self.columns, "feature_names": [ROW_FEATURES[c] for c in self.columns], "beta": self.beta,
                  "supported_view": self.supported_view, "common_stems": sorted(self.common),
-                 "wish_focus": self.focus.to_dict() if self.focus is not None else None}
+                 "wish_focus": asdict(self.focus) if self.focus is not None else None}
         (folder / SHAPE_FILE).write_text(json.dumps({**shape, **extra}, indent=2), encoding="utf-8")
 
     @classmethod
