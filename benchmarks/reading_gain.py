@@ -10,7 +10,7 @@ criteria_prototypes.EMPHASIS, which a checkpoint from run 22 on already applies 
   last phrasing of each train family, never in a training row);
 - for the record, the same on each response pool under the held-out families' phrasings of the trained properties
   (what leaderboard.criteria_fidelity measures at gain 1), and with `--outside` under the wordings other people
-  wrote for criteria_reading.py (criteria_wordings_*.yaml: `blind` and `blind2` never read before measured).
+  wrote for criteria_reading.py (criteria_wordings_*.yaml: `blind` and `blind2` never read before measured, dev since run 32).
 
     USL_DATA_DIR=../shared/data .venv/bin/python benchmarks/reading_gain.py [--home .usl] [--gains 1,2,3,4]
         [--pools-only] [--oracle] [--by-property] [--outside]

@@ -123,6 +123,13 @@ def test_what_a_contrast_sets_aside_reads_as_less_of_it(encoder, text, unwanted)
     ("My manager reads these on a small screen during her commute, so keep the reply short and plain.",
      [("My manager reads these on a small screen during her commute", True), ("keep the reply short and plain", True)]),
     ("Keep it short.", [("Keep it short.", True)]),
+    # a complaint: what it describes is unwanted, its contrast turned around, a wish after it kept
+    ("You always just assume what I meant instead of checking with me first.",
+     [("You always just assume what I meant", False), ("checking with me first", True)]),
+    ("Everything comes back as a slide deck of bullet points and headers, and I just want someone to talk to me.",
+     [("Everything comes back as a slide deck of bullet points and headers", False),
+      ("I just want someone to talk to me", True)]),
+    ("Avoid choppy, clipped sentences.", [("Avoid choppy, clipped sentences.", True)]),  # a negation, no dislike
 ])
 def test_a_line_is_read_by_its_clauses_and_what_it_dislikes(line, parts):
     assert criteria_prototypes.sides(line) == parts
@@ -130,6 +137,9 @@ def test_a_line_is_read_by_its_clauses_and_what_it_dislikes(line, parts):
 
 @pytest.mark.parametrize("text, direction", [
     ("Honestly, I find code snippets tedious.", "code:less"),  # a dislike of code: less of it
+    ("It's frustrating when everything is written as running text with no headings or lists to scan.",
+     "structure:more"),  # a complaint: what it says is missing is wanted
+    ("The tone is way too casual, all the jokes make it feel unprofessional.", "formality:more"),
     ("My manager reads these on a small screen during her commute, so keep the reply short.", "length:less"),
 ])
 def test_a_dislike_or_a_wish_after_the_user_s_situation_reads_as_what_it_means(encoder, text, direction):

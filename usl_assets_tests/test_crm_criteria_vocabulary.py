@@ -23,6 +23,11 @@ from usl_assets.crm import criteria_vocabulary
     ("Explain it to me like I'm five.", {}),  # names no property
     ('<div class="x"><code>ipsum</code><table><tr><td>42</td></tr></table></div>', {}),  # markup is no wish
     ("Wrap the code in <code> tags.", {"code:more": 1.0}),
+    ("Please do not include any code, scripts, or command-line snippets.", {"code:less": 1.0}),  # a negated list
+    ("No hand-waving, include real code.", {"code:more": 1.0}),  # an imperative after the comma is no list item
+    ("No bullets, no headings.", {"structure:less": 1.0}),  # each item's own negation counts once
+    ("Please aim for at least 400 words per answer.", {"length:more": 1.0}),  # words per answer, not per sentence
+    ("Skip the warm-up and lead with the answer.", {"direct_answer:more": 1.0}),  # "and lead": a new clause
 ])
 def test_the_words_a_wish_names_are_read_as_their_property_and_direction(text, reading):
     assert criteria_vocabulary.read(text) == reading
@@ -40,3 +45,16 @@ def test_a_property_named_both_ways_as_often_is_read_as_neither():
 ])
 def test_a_wish_is_told_from_the_user_s_situation(text, wish):
     assert criteria_vocabulary.is_wish(text) is wish
+
+
+@pytest.mark.parametrize("text, complaint", [
+    ("Everything comes back as a slide deck of bullet points and headers", True),
+    ("The replies I get are always so short that I feel like I'm missing half the picture.", True),
+    ("I keep getting chunks of code thrown at me.", True),
+    ("It's frustrating when everything is written as running text.", True),
+    ("The response is brief.", False),  # a description of the wanted answer
+    ("Answers should always be short.", False),  # worded as a wish
+    ("Answers that start with a warm greeting are preferred.", False),
+])
+def test_a_complaint_about_what_the_user_gets_is_told_from_a_description_of_what_they_want(text, complaint):
+    assert criteria_vocabulary.complaint(text) is complaint

@@ -74,7 +74,9 @@ _CLAUSE_END = re.compile(r"[,;:]|\s(?:so|because|since|as)\s", re.IGNORECASE)
 # answer") that read alone would say the opposite of the rubric.
 LONG_LINE_WORDS = 12
 _FIRST_PERSON = re.compile(r"\bI\b|\b[Mm](?:y|e)\b")
-_CLAUSE = re.compile(r",?\s+(?:so|which means|and so)\s+(?=\w)|;\s*|:\s+|\.\s+"
+_CLAUSE = re.compile(r",\s+(?:so|which means|and so)\s+(?=\w)|\s+(?:so|which means|and so)\s+(?=(?:I|I'[a-z]+|you|please|it|"
+                     r"the|a|an|my|we)\b)|,?\s+(?:and|but)\s+(?=I\b|I'[a-z]+\b|please\b)|;\s*|:\s+|\.\s+"
+                     r"|\s+(?=when\b[^,;.]*\bwould (?:do|be enough|suffice)\b)"
                      r"|,\s+(?=please\b|I\b|I'[a-z]+\b|a\b|the\b)|^(?:since|because|when|as|if)\b[^,]*,\s*",
                      re.IGNORECASE)
 # "I find bullet points choppy", "Phrases like 'Great question' feel like filler to me", "I get lost in long
@@ -101,7 +103,7 @@ VOCABULARY = True
 # its own, so a user's wish may move the property as measured while a rubric moves what the labelled pairs paid
 # for (LinearConfig.reading_gate "wish_measured"; docs/crm.md run 25).
 WISH = "wish "
-SETTINGS = {"emphasis": EMPHASIS, "halves": WISH, "vocabulary": VOCABULARY and criteria_vocabulary.VERSION, "contrast": CONTRAST, "long_line_words": LONG_LINE_WORDS, "clauses": "first_person", "dislike": True,
+SETTINGS = {"emphasis": EMPHASIS, "halves": WISH, "vocabulary": VOCABULARY and criteria_vocabulary.VERSION, "contrast": CONTRAST, "long_line_words": LONG_LINE_WORDS, "clauses": "first_person", "dislike": True, "complaint": True,
             "top_k": TOP_K, "scale": SCALE, "profile_reading": PROFILE_READING, "negation_penalty": NEGATION_PENALTY,
             "temperature": TEMPERATURE,
             "match_center": MATCH_CENTER, "match_width": MATCH_WIDTH}
@@ -184,7 +186,8 @@ def clauses(line: str) -> list[str]:
 
 def disliked(line: str) -> str | None:
     """What a line says it dislikes ("I find bullet points choppy" -> "bullet points"), else None."""
-    if not _DISLIKE.search(line):
+    found = _DISLIKE.search(line)
+    if not found or negated(" ".join(line[:found.start()].split()[-3:])):  # "Avoid choppy, clipped sentences"
         return None
     rest = _DISLIKE_FRAME.sub("", _DISLIKE.sub(" ", line)).strip(" ,.!")
     rest = re.sub(r"\s+(?:and|or|in|when)?\s*$", "", re.sub(r"\s+", " ", rest))
@@ -203,11 +206,17 @@ def sides(line: str) -> list[tuple[str, bool]]:
     """The parts a line is read by: (text, wanted). A contrast gives its wanted and unwanted sides, a dislike its
     unwanted object, a long line each clause's."""
     found = []
+    complains = criteria_vocabulary.complaint(line)
     for clause in clauses(line):
         pair = contrast(clause) if CONTRAST == "sides" else None
-        unwanted = None if pair else disliked(clause)
+        # A complaint's clauses (not those worded as a wish) describe what the user gets: unwanted, its contrast
+        # turned around ("it guesses instead of checking with me"), its words of dislike not counted twice.
+        turned = criteria_vocabulary.complaint(clause) or (complains and not criteria_vocabulary.is_wish(clause))
+        unwanted = None if pair or turned else disliked(clause)
         if pair:
-            found += [(pair[0], True), (pair[1], False)]
+            found += [(pair[0], not turned), (pair[1], turned)]
+        elif turned:
+            found.append((criteria_vocabulary.without_dislikes(clause), False))
         elif unwanted:
             found.append((unwanted, False))
         else:

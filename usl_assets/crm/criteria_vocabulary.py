@@ -32,9 +32,10 @@ TERMS: list[tuple[str, str, str]] = [
                                 rf"\bsentences?\s+of\s+{_NUMBER}\s+words\s+or\s+(?:more|longer)"),
     ("sentence_length", "less", rf"\b(?:every|each|all|the|your|my)?\s*sentences?\s+(?:{_AT_MOST}|shorter than)\s+{_NUMBER}\s+words|"
                                 rf"\bsentences?\s+of\s+{_NUMBER}\s+words\s+or\s+(?:fewer|less|shorter)|"
-                                rf"\b{_NUMBER}(?:\s+to\s+{_NUMBER})?\s+words\s+(?:a|per|each)\b"),
+                                rf"\b{_NUMBER}(?:\s+to\s+{_NUMBER})?\s+words\s+(?:a|per|each)\b(?!\s+(?:answers?|responses?|repl(?:y|ies)|messages?)\b)"),
     ("sentence_length", "more", r"\b(?:sophisticated|complex|varied|rich|elaborate)\s+(?:sentence structure|syntax)\b|"
-                                r"\bsentences?\s+(?:\w+\s+){0,3}?(?:long|longer|complex|rich|flowing|winding|elaborate)\b"),
+                                r"\bsentences?\s+(?:\w+\s+){0,3}?(?:long|longer|complex|rich|flowing|winding|elaborate)\b|"
+                                r"\bsentences?\s+(?:that\s+)?(?:go|goes|drag|ramble)\s+on\b"),
     ("sentence_length", "less", r"\bsentences?\s+(?:\w+\s+){0,3}?(?:short|shorter|simple|simpler|brief|clipped|crisp)\b"),
     ("sentence_length", "less", r"\b(?:plain|simple)\s+syntax\b"),
     ("sentence_length", "less", r"\b(?:short|shorter|simple|simpler|plain|brief|clipped|choppy|staccato|punchy|crisp)"
@@ -50,7 +51,8 @@ TERMS: list[tuple[str, str, str]] = [
     ("paragraphs", "less", r"\b(?:one|single|1|a single|unbroken|solid)\s+(?:\w+\s+){0,2}?(?:paragraph|block|chunk)\b|"
                            r"\bwithout (?:any )?(?:line|paragraph) breaks\b|\bno (?:line|paragraph) breaks\b|"
                            r"\bwalls? of text\b"),
-    ("paragraphs", "more", r"\b(?:short|small|brief|separate|distinct|many|multiple|several|more|new|its own|their own)\s+paragraphs?\b|"
+    ("paragraphs", "more", r"\b(?:short|small|tiny|little|brief|separate|distinct|many|multiple|several|more|new|its own|their own)\s+(?:paragraphs?|paras)\b|"
+                           r"\b(?:break|split|divide|chop)\w*\s+(?:\w+\s+){0,3}?into\s+(?:\w+\s+){0,3}?paragraphs\b|"
                            rf"\b(?:{_AT_LEAST}\s+)?{_NUMBER}\s+(?:separate\s+|short\s+)?paragraphs\b|\bbetween paragraphs\b|"
                            r"\b(?:line|paragraph) breaks?\b|\bblank lines?\b|\bwhite ?space\b|"
                            r"\bbreathing room\b|\bspaced out\b|\bbreak (?:it|them|things) up\b"),
@@ -67,7 +69,10 @@ TERMS: list[tuple[str, str, str]] = [
                               r"\b(?:straight|right|directly) (?:in)?to the (?:answer|point)\b|\bfirst (?:line|sentence)\b|"
                               r"\bbottom line\b|\bopens? (?:immediately |directly )?with the answer\b|"
                               r"\bstart with the answer\b|\bopen(?:s|ing)? with the (?:point|conclusion|result|answer)\b|\bopening sentence\b|\bjump straight\b|\bstraight into\b"),
-    ("direct_answer", "less", r"\b(?:(?:lengthy|long)\s+)?(?:preambles?|intro(?:duction|ductory)?s?)\b|\bwarm[- ]?ups?\b|\blead[- ]in\b|"
+    ("direct_answer", "less", r"\b(?:(?:lengthy|long)\s+)?(?:preambles?|intro(?:duction|ductory)?s?)\b|\bwarm[- ]?ups?\b|\blead[- ](?:in|up)\b|"
+                              r"\bintroduc(?:e|es|ing)\b|\bcontext (?:first|before)\b|\bto begin\b|\bthroat[- ]clearing\b|"
+                              r"\bbefore (?:\w+ ){0,2}?get(?:s|ting)? to the point\b|"
+                              r"\bbefore (?:the|giving the|you give the) answer\b|\bthen (?:give|state)(?: me)? (?:the )?answer\b|"
                               r"\bopening lines?\b|\backnowledg(?:e|es|ement|ing)\b|\bease into\b|"
                               r"\bpleasantr(?:y|ies)\b|\bgreat question\b|\bgreetings?\b|\bset(?:s|ting)? the (?:context|scene|stage)\b"),
     ("questions", "more", r"\bclarif(?:y|ying|ication)\b|\bfollow[- ]?up questions?\b|(?<!\bmy )(?<!\bthe )(?<!\byour )(?<!\bgreat )\bquestions?\b(?! like)|"
@@ -115,12 +120,17 @@ _NEGATOR = re.compile(
     r"hold the|leave out|keep out|lack(?:s|ing)?|skimp(?:ing)? on)\b|n't\b|\bdont\b", re.IGNORECASE)
 # A limit is no negation ("no more than 50 words"); a zero count is one wherever it stands ("0 headings", "bold 0
 # times", "at zero").
-_LIMIT = re.compile(r"\b(?:no|not)\s+(?:more|less|fewer|longer|shorter)\s+than\b|\bno (?:longer|shorter)\b",
+_LIMIT = re.compile(r"\b(?:no|not)\s+(?:more|less|fewer|longer|shorter)\s+than\b|\bno (?:longer|shorter)\b|\bspare no\b",
                     re.IGNORECASE)
 _ZERO = re.compile(r"\b(?:0|zero)\b", re.IGNORECASE)
 _FREE = re.compile(r"\s*-?\s*free\b", re.IGNORECASE)  # "example-free", "jargon free"
 _QUOTED_STOP = re.compile(r"[!?.,;:](?=[\"'\u201d\u2019])")  # "Don't start with 'Sure!' or ..." keeps one clause
-_CLAUSE_BREAK = re.compile(r"[,;:.!?()\u2014\u2013]|\s-\s|\bbut\b|\band then\b|\binstead\b", re.IGNORECASE)
+_CLAUSE_BREAK = re.compile(r"[,;:.!?()\u2014\u2013]|\s-\s|\bbut\b|\band then\b|\binstead\b|\band (?=I\b|I'd\b|please\b)"
+                           r"|\band (?=(?:then |just )?(?:lead|start|open|give|get|go|keep|make|use|write|put|tell|"
+                           r"explain|answer|include|show|add|focus|state)\b)", re.IGNORECASE)
+# "no headings, bulleted lists or numbered lists": an item of a list after a comma keeps the negation before the list.
+_LIST_ITEM = re.compile(r"^\s*(?:(?:and|or|nor)\s+)?(?:(?!(?:just|only|but|then|please|instead|not|rather|so|use|write|"
+                        r"give|keep|make)\b)[\w'-]+(?:\s+|$)){0,2}$", re.IGNORECASE)
 _FLIP = {"more": "less", "less": "more"}
 # Markup is no wish: "<code>…</code><table>" names no property (the bank reads what is left, and says when that is
 # nothing).
@@ -130,14 +140,15 @@ _MARKUP = re.compile(r"<\s*/?\s*[A-Za-z][^<>]*>|&[a-z]+;|\{[^{}]*\}")
 _DISLIKED = re.compile(
     r"\b(?:mess(?:y)?|curt|cold|abrupt|tiring|tedious|annoying|annoy(?:s|ed)?|distract(?:s|ing|ed)?|confus(?:e|es|ing|ed)|"
     r"overwhelm(?:s|ing|ed)?|exhausting|boring|bores? me|glaze over|tune out|shout(?:s|ing|ed)?|robotic|brutal|"
-    r"unprofessional|clutter(?:s|ed)?|noisy|hard to|hate|dislike|can't stand|drives? me|waste|painful|irritat\w*|"
+    r"unprofessional|inappropriate|clutter(?:s|ed)?|noisy|hard (?:for me )?to|hate|dislike|can't stand|drives? me|waste|painful|irritat\w*|"
     r"off-putting|pointless|useless|too many|too much|overkill|unnecessary|unneeded)\b", re.IGNORECASE)
 
 
 # A clause worded as a wish rather than as the user's situation: a request, a preference, a rule, an imperative.
 WISH = re.compile(
     r"\bplease\b|\b(?:should|must|has to|have to|needs? to|ought to)\b|"
-    r"^\W*(?:\w+\W+){0,2}?(?:I(?:'d| would)?\s+(?:really\s+|much\s+)?(?:like|prefer|want|need|rather|enjoy|"
+    r"^\W*(?:\w+\W+){0,2}?I\s+(?:do not|don't|dont|never)\s+(?:want|need|like)\b|\bwould (?:do|be enough|suffice)\b|"
+    r"^\W*(?:\w+\W+){0,2}?(?:I(?:'d| would)?\s+(?:really\s+|much\s+|just\s+|only\s+)?(?:like|prefer|want|need|rather|enjoy|"
     r"appreciate|love|value)\b|I'd\b|give me\b|let me\b)|"
     r"^\s*(?:just\s+|always\s+|then\s+)?(?:keep|make|use|include|show|write|give|skip|avoid|stick|stay|put|start|open|"
     r"lead|tell|explain|describe|ask|answer|add|limit|break|split|bold|highlight|leave|drop|get|go|cut|cover|"
@@ -151,8 +162,36 @@ def markup_share(text: str) -> float:
     return 1.0 - len("".join(_MARKUP.sub(" ", text).split())) / total if total else 0.0
 
 
+# A line that describes what the user gets now rather than what they want ("Everything comes back as bullet
+# points", "It always starts with 'Great question!'", "I keep getting code thrown at me"): what it names is what
+# the user does not want, and what it says is missing ("running text with no headings") is what they do. Read
+# as a wish, it names the very thing the user is complaining about (docs/crm.md, run 32).
+_OUTPUT = (r"(?:it|you|everything|every (?:answer|reply|response)|(?:the|your|these|all the) (?:answers?|repl(?:y|ies)|"
+           r"responses?|text|writing|tone|sentences|explanations?|output)(?: I get)?|answers|replies|responses)")
+COMPLAINT = re.compile(
+    r"^\W*(?:(?:it'?s|it is) (?:so )?(?:frustrating|annoying|irritating|tiring) when|it (?:bugs|annoys|bothers|irritates|"
+    r"frustrates) me when|I (?:keep|always) (?:getting|get|receiving)|I(?:'m| am) (?:tired|sick) of|"
+    r"I (?:ask|asked)\b[^,;.]*\b(?:and|but) (?:get|got)\b)"
+    r"|^\W*every (?:answer|reply|response)\s+\w+s\b"
+    rf"|^\W*{_OUTPUT}\s+(?:[\w']+\s+){{0,3}}?(?:always|constantly|usually|keeps?|never|just|still|(?:way |far )?too|"
+    r"so \w+|stays?|comes?(?: back)? (?:as|in|with)|gets? (?:broken|chopped|split)|(?:is|are) (?:written|chopped|"
+    r"broken|split|full of|stuffed)|(?:reads?|writes?|sounds?|feels?|looks?) like|looks? the same|go(?:es)? on|"
+    r"blurts?|tells? me)\b", re.IGNORECASE)
+
+
 def is_wish(text: str) -> bool:
     return bool(WISH.search(text))
+
+
+def complaint(text: str) -> bool:
+    """Whether the text describes what the user gets now (COMPLAINT) rather than asking for something."""
+    return bool(COMPLAINT.search(text)) and not is_wish(text)
+
+
+def without_dislikes(text: str) -> str:
+    """The text without its words of dislike (_DISLIKED), for a part already read as unwanted: they would turn it
+    around a second time."""
+    return re.sub(r"\s+", " ", _DISLIKED.sub(" ", text)).strip()
 
 
 def _mentions(text: str) -> list[tuple[int, int, str, str]]:
@@ -169,16 +208,28 @@ def _mentions(text: str) -> list[tuple[int, int, str, str]]:
     return sorted(found)
 
 
+def _list_item(before_term: str, segment: str) -> bool:
+    """Whether a comma's segment continues a list (", bulleted lists or numbered lists"), so that a negation
+    before the list reaches it: a word or two before the term, no negation of its own, not worded as a wish
+    (", include real code")."""
+    return bool(_LIST_ITEM.match(before_term)) and not _NEGATOR.search(before_term) and not is_wish(segment)
+
+
 def _negated_at(text: str, start: int, end: int) -> bool:
     """An odd number of negations in the term's clause: those before it, a zero count anywhere in the clause, a
     "-free" right after it."""
-    clause_start, clause_end = 0, len(text)
+    clause_start, clause_end, breaks = 0, len(text), []
     for match in _CLAUSE_BREAK.finditer(text):
         if match.end() <= start:
-            clause_start = match.end()
+            breaks.append(match)
         elif match.start() >= end:
             clause_end = match.start()
             break
+    item_start, item_end = start, clause_end
+    while breaks and breaks[-1].group() == "," and _list_item(text[breaks[-1].end():item_start],
+                                                              text[breaks[-1].end():item_end]):
+        item_end = item_start = breaks.pop().start()
+    clause_start = breaks[-1].end() if breaks else 0
     before = _LIMIT.sub(" ", text[clause_start:start])
     count = len(_NEGATOR.findall(_ZERO.sub(" ", before)))
     clause = text[clause_start:clause_end]
@@ -202,4 +253,4 @@ def read(text: str) -> dict[str, float]:
 
 # In the checkpoint id (criteria_prototypes.SETTINGS): a change of any rule above retrains, nothing else does.
 VERSION = hashlib.sha256(repr([TERMS, *(pattern.pattern for pattern in (
-    _NEGATOR, _LIMIT, _ZERO, _FREE, _QUOTED_STOP, _CLAUSE_BREAK, _DISLIKED, _MARKUP, WISH))]).encode()).hexdigest()[:12]
+    _NEGATOR, _LIMIT, _ZERO, _FREE, _QUOTED_STOP, _CLAUSE_BREAK, _LIST_ITEM, _DISLIKED, _MARKUP, WISH, COMPLAINT))]).encode()).hexdigest()[:12]
