@@ -218,7 +218,7 @@ def _list_item(before_term: str, segment: str) -> bool:
 def _negated_at(text: str, start: int, end: int) -> bool:
     """An odd number of negations in the term's clause: those before it, a zero count anywhere in the clause, a
     "-free" right after it."""
-    clause_start, clause_end, breaks = 0, len(text), []
+    clause_end, breaks = len(text), []
     for match in _CLAUSE_BREAK.finditer(text):
         if match.end() <= start:
             breaks.append(match)
