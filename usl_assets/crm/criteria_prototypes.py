@@ -211,7 +211,7 @@ def sides(line: str) -> list[tuple[str, bool]]:
         pair = contrast(clause) if CONTRAST == "sides" else None
         # A complaint's clauses (not those worded as a wish) describe what the user gets: unwanted, its contrast
         # turned around ("it guesses instead of checking with me"), its words of dislike not counted twice.
-        turned = criteria_vocabulary.complaint(clause) or (complains and not criteria_vocabulary.is_wish(clause))
+        turned = (complains or criteria_vocabulary.complaint(clause)) and not criteria_vocabulary.is_wish(clause)
         unwanted = None if pair or turned else disliked(clause)
         if pair:
             found += [(pair[0], not turned), (pair[1], turned)]

@@ -390,7 +390,7 @@ def render_reading(reading: CriteriaReading) -> str:
     untied = arrows_line(reading.table, kind=UNTIED)
     if untied:
         lines.append(f"  {UNTIED}: {untied}")
-    if focus_line(reading):
-        lines.append(f"  {focus_line(reading)}")
+    if focus := focus_line(reading):
+        lines.append(f"  {focus}")
     lines += [f"warning: {warning}" for warning in reading.warnings]
     return "\n".join(lines)

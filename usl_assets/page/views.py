@@ -153,8 +153,8 @@ def reading_markdown(reading: "crm_reading.CriteriaReading") -> str:
     untied = _arrows(table, "arrow", crm_reading.UNTIED)
     if untied:
         lines.append(f"- {as_text(crm_reading.UNTIED)}: {untied}")
-    if crm_reading.focus_line(reading):
-        lines.append(f"- {as_text(crm_reading.focus_line(reading))}")
+    if focus := crm_reading.focus_line(reading):
+        lines.append(f"- {as_text(focus)}")
     if reading.warnings:
         lines.append("")
         lines += [f"⚠️ {as_text(warning)}  " for warning in reading.warnings]
