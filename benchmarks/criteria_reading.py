@@ -54,10 +54,11 @@ FRESH = {
 # author of crm/criteria_vocabulary.py before writing it; `blind` was written by a second helper that saw neither the
 # code nor the other wordings, and was not read by that author before its first measure here, on the rules of
 # 1f2911d (bank 0.708, bank + words 0.819 of 144); `blind2`, a third helper's written the same way, first measured
-# on 4961023.
+# on 4961023; `blind3`, a fourth helper's, 8 styles per direction (terse, long context, non-native, complaint,
+# specification, description, polite question, idiom), first measured on b950053.
 OUTSIDE = {path.stem.removeprefix("criteria_wordings_"): path
            for path in (Path(__file__).with_name(f"criteria_wordings_{name}.yaml")
-                        for name in os.environ.get("USL_OUTSIDE_SETS", "outside,blind,blind2").split(","))
+                        for name in os.environ.get("USL_OUTSIDE_SETS", "outside,blind,blind2,blind3").split(","))
            if path.exists()}
 MIN_READING = 0.5  # of criteria_prototypes.SCALE's 4: a weaker strongest reading is read as nothing
 
@@ -84,13 +85,20 @@ def main() -> None:
                                       for r in readings]
         table[reader] = table[f"read_as_{reader}"] == table["direction"]
     table["kind"] = np.select([table["family"] == "fresh", table["family"] == "outside",
-                               table["family"].isin(["blind", "blind2"]),
+                               table["family"].isin(["blind", "blind2"]), table["family"] == "blind3",
                                table["family"].isin(properties.HELDOUT_FAMILIES)],
                               ["fresh (dev since run 32)", "outside (read before the words were written)",
-                               "blind (dev since run 32)", "held-out families"], "train families")
+                               "blind (dev since run 32)", "blind3 (first measured on b950053)",
+                               "held-out families"], "train families")
     print("share read as the direction they mean (a reading under MIN_READING counts as nothing):")
     print(table.groupby("kind")[["bank", "bank+words"]].agg(["mean", "size"]).round(3).to_string())
     print(table.groupby("family")[["bank", "bank+words"]].mean().round(3).to_string())
+    styled = table[table["family"] == "blind3"]
+    if len(styled):  # blind3 lists its 8 styles in one order under every direction
+        styles = ("terse", "long context", "non-native", "complaint", "specification", "description",
+                  "polite question", "idiom")
+        by_style = styled.groupby(styled.groupby("direction").cumcount().map(dict(enumerate(styles))))
+        print("blind3 by style:\n" + by_style[["bank", "bank+words"]].mean().round(3).to_string())
     named = [criteria_vocabulary.read(text) for text in table["text"]]
     table["words_alone"] = ["none" if not reading else "right" if reading.get(direction, 0) == max(reading.values())
                             else "other" for reading, direction in zip(named, table["direction"])]

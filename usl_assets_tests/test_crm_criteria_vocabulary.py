@@ -28,6 +28,20 @@ from usl_assets.crm import criteria_vocabulary
     ("No bullets, no headings.", {"structure:less": 1.0}),  # each item's own negation counts once
     ("Please aim for at least 400 words per answer.", {"length:more": 1.0}),  # words per answer, not per sentence
     ("Skip the warm-up and lead with the answer.", {"direct_answer:more": 1.0}),  # "and lead": a new clause
+    ("Would you mind dropping the bold?", {"emphasis:less": 1.0}),  # negators in -ing form
+    ("Leaving out the scripts would help.", {"code:less": 1.0}),
+    ("Paragraphs of at most two sentences.", {"paragraphs:more": 1.0}),  # a limit per paragraph, not on length
+    ("Show at least ten lines of code.", {"code:more": 1.0}),  # lines of code are no length limit
+    ("Two lines, tops.", {"length:less": 1.0}),
+    ("Don't bury the lede.", {"direct_answer:more": 1.0}),
+    ("Give the background first and the verdict at the end.", {"direct_answer:less": 1.0}),
+    ("Without an example I can't follow.", {"examples:more": 1.0}),  # what the user cannot do without: wanted
+    ("No examples that I can't relate to.", {"examples:less": 1.0}),  # a relative clause is no second turn
+    ("It reads like a telegram, full stop.", {"sentence_length:less": 1.0}),  # "full stop" is no fullness
+    ("Show your work.", {"steps:more": 1.0}),
+    ("Zero steps, just the outcome.", {"steps:less": 1.0}),
+    ("Ask me when something is unclear.", {"questions:more": 1.0}),
+    ("I asked a question, I want a short answer.", {"length:less": 1.0}),  # the user's question is no wish
 ])
 def test_the_words_a_wish_names_are_read_as_their_property_and_direction(text, reading):
     assert criteria_vocabulary.read(text) == reading
@@ -55,6 +69,13 @@ def test_a_wish_is_told_from_the_user_s_situation(text, wish):
     ("The response is brief.", False),  # a description of the wanted answer
     ("Answers should always be short.", False),  # worded as a wish
     ("Answers that start with a warm greeting are preferred.", False),
+    ("You guess what I meant instead of checking.", True),  # what "you" do, not what you should do
+    ("Half of every reply is in bold.", True),
+    ("Right now it's all one block of text.", True),
+    ("I have to scroll past the intro to find the answer.", True),  # the user's chore, not a rule
+    ("I get interrogated before I get an answer.", True),
+    ("I get lost in long sentences.", False),  # a dislike (criteria_prototypes.disliked), not what they get
+    ("You should keep it short.", False),
 ])
 def test_a_complaint_about_what_the_user_gets_is_told_from_a_description_of_what_they_want(text, complaint):
     assert criteria_vocabulary.complaint(text) is complaint

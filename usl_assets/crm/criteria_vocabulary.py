@@ -22,7 +22,7 @@ import re
 # (property, direction of the term alone, pattern). Order matters where patterns overlap: a span matched by an
 # earlier term is not matched again, so "short sentences" is sentence_length, not length, and "short paragraphs"
 # is paragraphs.
-_NUMBER = r"(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|twelve|fifteen|twenty|fifty|a hundred|a few|a couple of)"
+_NUMBER = r"(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|twelve|fifteen|twenty|fifty|a hundred|a few|a couple of|a dozen)"
 _AT_MOST = r"(?:under|below|at most|no more than|not more than|fewer than|less than|max(?:imum)?(?: of)?|up to|within|only)"
 _AT_LEAST = r"(?:at least|over|more than|min(?:imum)?(?: of)?)"
 TERMS: list[tuple[str, str, str]] = [
@@ -35,9 +35,9 @@ TERMS: list[tuple[str, str, str]] = [
                                 rf"\b{_NUMBER}(?:\s+to\s+{_NUMBER})?\s+words\s+(?:a|per|each)\b(?!\s+(?:answers?|responses?|repl(?:y|ies)|messages?)\b)"),
     ("sentence_length", "more", r"\b(?:sophisticated|complex|varied|rich|elaborate)\s+(?:sentence structure|syntax)\b|"
                                 r"\bsentences?\s+(?:\w+\s+){0,3}?(?:long|longer|complex|rich|flowing|winding|elaborate)\b|"
-                                r"\bsentences?\s+(?:that\s+)?(?:go|goes|drag|ramble)\s+on\b"),
+                                r"\bsentences?\s+(?:that\s+)?(?:go|goes|drag|run|runs)\s+on\b|\bsentences?\s+(?:that\s+)?(?:ramble|meander|wind)\b"),
     ("sentence_length", "less", r"\bsentences?\s+(?:\w+\s+){0,3}?(?:short|shorter|simple|simpler|brief|clipped|crisp)\b"),
-    ("sentence_length", "less", r"\b(?:plain|simple)\s+syntax\b"),
+    ("sentence_length", "less", r"\b(?:plain|simple)\s+syntax\b|\btelegra(?:m|ms|phic)\b"),
     ("sentence_length", "less", r"\b(?:short|shorter|simple|simpler|plain|brief|clipped|choppy|staccato|punchy|crisp)"
                                 r"(?:,?\s+\w+){0,2}?\s+sentences?\b"),
     ("sentence_length", "more", r"\b(?:long|longer|complex|rich|flowing|winding|elaborate|multi-clause|compound|"
@@ -48,14 +48,17 @@ TERMS: list[tuple[str, str, str]] = [
     ("code", "more", r"\b(?:code|programming|program)\s+(?:listings?|examples?|samples?)\b|\bcode\b|\bcoding\b|\bsnippets?\b|\bscripts?\b|\bprogramming\b|\bsource\b|"
                      r"\bpseudo-?code\b|\bcommands?\b"),
     # paragraphs before length and structure: counted paragraphs; bare "paragraphs" are prose (structure less)
-    ("paragraphs", "less", r"\b(?:one|single|1|a single|unbroken|solid)\s+(?:\w+\s+){0,2}?(?:paragraph|block|chunk)\b|"
+    ("paragraphs", "more", rf"\bparagraphs?\s+(?:of|with)\s+(?:{_AT_MOST}\s+)?{_NUMBER}(?:\s+(?:to|or)\s+{_NUMBER})?\s+sentences\b|"
+                           r"\b(?:one|two|three|\d)-(?:line|sentence)\s+paragraphs\b"),
+    ("paragraphs", "less", r"\b(?:one|single|1|a single|unbroken|solid)\s+(?:\w+\s+){0,2}?(?:paragraph|block|chunk|piece)\b|"
                            r"\bwithout (?:any )?(?:line|paragraph) breaks\b|\bno (?:line|paragraph) breaks\b|"
                            r"\bwalls? of text\b"),
     ("paragraphs", "more", r"\b(?:short|small|tiny|little|brief|separate|distinct|many|multiple|several|more|new|its own|their own)\s+(?:paragraphs?|paras)\b|"
                            r"\b(?:break|split|divide|chop)\w*\s+(?:\w+\s+){0,3}?into\s+(?:\w+\s+){0,3}?paragraphs\b|"
                            rf"\b(?:{_AT_LEAST}\s+)?{_NUMBER}\s+(?:separate\s+|short\s+)?paragraphs\b|\bbetween paragraphs\b|"
                            r"\b(?:line|paragraph) breaks?\b|\bblank lines?\b|\bwhite ?space\b|"
-                           r"\bbreathing room\b|\bspaced out\b|\bbreak (?:it|them|things) up\b"),
+                           r"\bbreathing room\b|\bspaced out\b|\bbreak (?:it|them|things) up\b|"
+                           r"\b(?:many|several|multiple|small|smaller|little|tiny)\s+(?:small\s+|little\s+)?(?:parts?|pieces|chunks)\b"),
     ("structure", "more", r"\bbullet(?:s|ed)?\b|\bbullet[- ]points?\b|\blists?\b|"
                           r"\bheadings?\b|\bheaders?\b|\bsubheadings?\b|\bsections?\b|\boutlines?\b|\btables?\b|"
                           r"\bstructured?\b|\borgani[sz]ed?\b|\bskimm?able\b|\bscannable\b|\bitemi[sz]ed?\b"),
@@ -63,34 +66,43 @@ TERMS: list[tuple[str, str, str]] = [
                           r"\bparagraphs\b|\bcontinuous text\b"),
     ("numbers", "more", r"\bnumbers?\b(?! of)|\bnumeric(?:al)?\b|\bfigures?\b|\bstatistic(?:s|al)?\b|\bstats\b|\bdata\b|"
                         r"\bnumeric(?:al)? (?:details?|data|values|facts)\b|\bpercent(?:ages?)?\b|\bdigits?\b|\bquantif(?:y|ied|ies)\b|\bquantit(?:ies|y|ative)\b|"
-                        r"\bmetrics?\b|\bamounts?\b|\bfigures\b|\bdollar\b|\bmeasurements?\b"),
+                        r"\bmetrics?\b|\bamounts?\b|\bfigures\b|\bdollar\b|\bmeasurements?\b|\b(?:by )?how (?:much|many)\b"),
     ("numbers", "less", r"\bqualitative(?:ly)?\b|\bin general terms\b|\bnumber-free\b"),
     ("direct_answer", "more", r"\banswer (?:first|up ?front|right away|immediately)\b|\blead with\b|"
                               r"\b(?:straight|right|directly) (?:in)?to the (?:answer|point)\b|\bfirst (?:line|sentence)\b|"
                               r"\bbottom line\b|\bopens? (?:immediately |directly )?with the answer\b|"
-                              r"\bstart with the answer\b|\bopen(?:s|ing)? with the (?:point|conclusion|result|answer)\b|\bopening sentence\b|\bjump straight\b|\bstraight into\b"),
+                              r"\bstart with the answer\b|\bopen(?:s|ing)? with (?:the|its|your|a) (?:point|conclusion|result|answer)\b|\bopening sentence\b|\bjump straight\b|\bstraight into\b"),
     ("direct_answer", "less", r"\b(?:(?:lengthy|long)\s+)?(?:preambles?|intro(?:duction|ductory)?s?)\b|\bwarm[- ]?ups?\b|\blead[- ](?:in|up)\b|"
                               r"\bintroduc(?:e|es|ing)\b|\bcontext (?:first|before)\b|\bto begin\b|\bthroat[- ]clearing\b|"
                               r"\bbefore (?:\w+ ){0,2}?get(?:s|ting)? to the point\b|"
                               r"\bbefore (?:the|giving the|you give the) answer\b|\bthen (?:give|state)(?: me)? (?:the )?answer\b|"
                               r"\bopening lines?\b|\backnowledg(?:e|es|ement|ing)\b|\bease into\b|"
-                              r"\bpleasantr(?:y|ies)\b|\bgreat question\b|\bgreetings?\b|\bset(?:s|ting)? the (?:context|scene|stage)\b"),
-    ("questions", "more", r"\bclarif(?:y|ying|ication)\b|\bfollow[- ]?up questions?\b|(?<!\bmy )(?<!\bthe )(?<!\byour )(?<!\bgreat )\bquestions?\b(?! like)|"
+                              r"\bpleasantr(?:y|ies)\b|\bgreat question\b|\bgreetings?\b|\bset(?:s|ting)? the (?:context|scene|stage)\b|"
+                              r"\b(?:answer|conclusion|result|verdict)\b[^,.;]{0,25}?\b(?:at|in|for|until) the (?:very )?"
+                              r"(?:end|final part|last part|finish)\b|\bbuild(?:s|ing)? up to\b|\bbackground (?:first|before)\b|"
+                              r"\b(?:start|begin|open)\w* (?:\w+ ){0,3}?with (?:the |some )?(?:relevant )?(?:background|context)\b|"
+                              r"\bbefore I (?:\w+ ){0,2}?(?:find|get to|reach|see) the (?:actual )?(?:answer|point)\b|"
+                              r"\bbur(?:y|ies|ied|ying) the (?:lede|lead|answer)\b|\bdrum ?roll\b"),
+    ("questions", "more", r"\bclarif(?:y|ying|ication)\b|\bfollow[- ]?up questions?\b|(?<!\bmy )(?<!\bthe )(?<!\byour )(?<!\bgreat )(?<!\bask a )(?<!\basked a )(?<!\bsimple )\bquestions?\b(?! like)|"
                           r"\bask(?:s|ing)?\s+(?:me|the user|them|back|first)\b|\bcheck(?:s|ing)? (?:in )?with me\b|"
-                          r"\bquiz(?:zed|zing)?\b|\bback[- ]and[- ]forth\b|\binterview(?:ing)?\b"),
+                          r"\bquiz(?:zed|zing)?\b|\bback[- ]and[- ]forth\b|\binterview(?:ing)?\b|\bquer(?:y|ies)\b|\binterrogat\w*\b|"
+                          r"\bfollows? up\b|\bpick my brain\b|\b(?:if|when) (?:\w+(?:'s)? )?(?:unclear|ambiguous)\b"),
     ("emphasis", "more", r"\bbold(?:ed|ing|face)?\b|\bemphasi[sz](?:e|ed|es|ing|is)\b|\bhighlight(?:s|ed|ing)?\b|"
-                         r"\basterisks\b|\bheavy type\b|\bstand out\b|\bstrong type\b"),
-    ("emphasis", "less", r"\bplain(?:,)? (?:text|type|formatting)\b|\bunemphasi[sz]ed\b|\bunformatted\b|"
+                         r"\basterisks\b|\bheavy type\b|\bstand out\b|\bstrong type\b|\bpops? (?:out|off)\b"),
+    ("emphasis", "less", r"\bplain(?:,)? (?:text|type|formatting|weight)\b|\bunemphasi[sz]ed\b|\bunformatted\b|"
                          r"\bunadorned\b|\bordinary text\b|\bno formatting\b"),
     ("examples", "more", r"\bexamples?\b|\bfor instance\b|\bfor example\b|\be\.g\.|\billustrat(?:e|es|ed|ing|ion|"
                          r"ions|ive)\b|\binstances?\b|\bconcrete (?:cases?|scenarios?)\b|\bcase stud(?:y|ies)\b|"
-                         r"\bin practice\b|\banalog(?:y|ies)\b|\bsamples?\b|\bshow me how it looks\b"),
+                         r"\bin practice\b|\banalog(?:y|ies)\b|\bsamples?\b|\bshow me how it looks\b|\blet's say\b|\bimagine\b|"
+                         r"\bhypotheticals?\b|\bscenarios?\b|\bshow,? (?:and )?don't (?:just )?tell\b"),
     ("examples", "less", r"\babstract\b|\bthe (?:general )?rule is enough\b"),
     ("steps", "more", r"\bstep[- ]by[- ]step\b|\bsteps?\b|\bwalk-?through\b|\bwalk (?:me|us|the reader|them) through\b|"
                       r"\bprocedures?\b|\bprocedural\b|\bsequen(?:ce|tial|tially)\b|\bhow[- ]to\b|\binstructions\b|"
                       r"\bfirst,? (?:then|next)\b|\bin order\b|\bone (?:stage|step|thing) at a time\b|"
                       r"\bhold my hand\b|\brecipe\b|\bstages\b|\bphases\b"),
-    ("steps", "less", r"\bthe gist\b|\bbig picture\b|\bgeneral idea\b|\boverall idea\b|\bhigh[- ]level\b"),
+    ("steps", "more", r"\bshow(?:ing)? (?:your|the|its) work(?:ing)?\b"),
+    ("steps", "less", r"\bthe gist\b|\bbig picture\b|\bgeneral idea\b|\boverall idea\b|\bhigh[- ]level\b|"
+                      r"(?<=\bjust |\bonly )the (?:final |end )?(?:result|outcome|answer)\b|\b(?:final|end) (?:result|outcome)\b"),
     ("formality", "more", r"\bformal(?:ly)?\b|\bprofessional(?:ly)?\b|\bpolished\b|\bbusinesslike\b|"
                           r"\bofficial\b|\bacademic\b|\bstiff\b|\bcorporate\b|\brespectful\b|\bproper\b|"
                           r"\bdignified\b|\bserious tone\b|\bsuit[- ]and[- ]tie\b"),
@@ -99,35 +111,37 @@ TERMS: list[tuple[str, str, str]] = [
                           r"\bloose\b|\bchill\b|\bemojis?\b"),
     ("length", "less", rf"\b(?:{_AT_MOST})\s+{_NUMBER}\s+(?:words|sentences|lines|paragraphs|bullet points|points)\b|"
                        rf"\b{_NUMBER}\s+(?:words|sentences|lines)\s+(?:max(?:imum)?|or (?:less|fewer)|tops)\b|"
-                       r"\bone-?line(?:rs?)?\b|"
+                       rf"\bone-?line(?:rs?)?\b|(?<!least )(?<!than )\b{_NUMBER}\s+lines\b(?! of)|"
                        r"\bbrie(?:f|fly|fer)\b|\bbrevity\b|\bshort(?:er)?\b|\bconcise(?:ly|ness)?\b|\bsuccinct(?:ly)?\b|"
                        r"\bterse\b|\bto the point\b|\btl;?dr\b|\bone-?liners?\b|\bcompact\b|\bsummar(?:y|ies|ize|ise)\b|"
-                       r"\bquick (?:answers?|repl(?:y|ies)|version|read)\b|\bfew (?:lines|words|sentences)\b|\bskimpy\b|\bminimal\b|\blean\b|\bcrisp\b"),
+                       r"\bquick (?:answers?|repl(?:y|ies)|version|read)\b|\bhold(?:ing)? back\b|\bfew (?:lines|words|sentences)\b|\bskimpy\b|\bminimal\b|\blean\b|\bcrisp\b"),
     ("length", "more", rf"\b(?:{_AT_LEAST})\s+{_NUMBER}\s+(?:words|sentences|paragraphs)\b|"
                        rf"\b{_NUMBER}\s+(?:words|sentences|paragraphs)\s+or more\b|"
                        r"\bdetail(?:s|ed)?\b|\bthorough(?:ly|ness)?\b|\bcomprehensive(?:ly)?\b|\bin[- ]depth\b|"
                        r"\bexhaustive(?:ly)?\b|\bextensive(?:ly)?\b|\belaborat(?:e|ed|ion)\b|\blong(?:er)?\b|"
-                       r"\blengthy\b|\bfull(?:y)?\b|\bcomplete(?:ly)?\b|\bcover (?:everything|it all|every)\b|"
+                       r"\blengthy\b|\bfull(?:y)?\b(?! stop)|\bcomplete(?:ly)?\b|\bcover (?:everything|it all|every)\b|"
                        r"\bleave nothing out\b|\bdeep(?:er|ly)?\b|\bdepth\b|\bat length\b|\bramble|\brambling\b|"
-                       r"\bwordy\b|\bverbose\b|\bfiller\b|\bfluff\b|\bpadding\b|\bwaffl(?:e|ing)\b|\bflesh(?:ed)? out\b"),
+                       r"\bwordy\b|\bverbose\b|\bfiller\b|\bfluff\b|\bpadding\b|\bwaffl(?:e|ing)\b|\bflesh(?:ed)? out\b|\bwhole nine yards\b|\bon and on\b"),
 ]
 _COMPILED = [(name, direction, re.compile(pattern, re.IGNORECASE)) for name, direction, pattern in TERMS]
 # A negation turns the next term of its clause around: "no bullets", "without code", "don't be brief", "skip the
 # examples", "avoid jargon-heavy lists", "zero questions", "keep numbers out".
 _NEGATOR = re.compile(
-    r"\b(?:no|not|never|without|avoid(?:s|ing)?|skip(?:s|ping)?|stop|drop|ditch|spare me|nothing|none|zero|"
+    r"\b(?:no|not|never|without|avoid(?:s|ing)?|skip(?:s|ping)?|stop|drop(?:s|ping)?|ditch|spare me|nothing|none|zero|"
     r"less|fewer|minimi[sz]e|lose|cut out|get rid of|free of|instead of|rather than|enough with|nix|"
-    r"hold the|leave out|keep out|lack(?:s|ing)?|skimp(?:ing)? on)\b|n't\b|\bdont\b", re.IGNORECASE)
+    r"hold the|leav(?:e|es|ing) out|keep out|lack(?:s|ing)?|skimp(?:ing)? on)\b|n't\b|\bdont\b", re.IGNORECASE)
 # A limit is no negation ("no more than 50 words"); a zero count is one wherever it stands ("0 headings", "bold 0
 # times", "at zero").
 _LIMIT = re.compile(r"\b(?:no|not)\s+(?:more|less|fewer|longer|shorter)\s+than\b|\bno (?:longer|shorter)\b|\bspare no\b",
                     re.IGNORECASE)
+# "without examples I don't understand": what the user cannot do without is wanted (a second turn).
+_UNABLE_AFTER = re.compile(r"(?:(?!\b(?:that|which)\b)[^,;.]){0,20}?\bI (?:\w+ )?(?:can't|cannot|don't|won't|couldn't|get lost|am lost)\b", re.IGNORECASE)
 _ZERO = re.compile(r"\b(?:0|zero)\b", re.IGNORECASE)
 _FREE = re.compile(r"\s*-?\s*free\b", re.IGNORECASE)  # "example-free", "jargon free"
 _QUOTED_STOP = re.compile(r"[!?.,;:](?=[\"'\u201d\u2019])")  # "Don't start with 'Sure!' or ..." keeps one clause
 _CLAUSE_BREAK = re.compile(r"[,;:.!?()\u2014\u2013]|\s-\s|\bbut\b|\band then\b|\binstead\b|\band (?=I\b|I'd\b|please\b)"
                            r"|\band (?=(?:then |just )?(?:lead|start|open|give|get|go|keep|make|use|write|put|tell|"
-                           r"explain|answer|include|show|add|focus|state)\b)", re.IGNORECASE)
+                           r"explain|answer|include|show|add|focus|state|let)\b)", re.IGNORECASE)
 # "no headings, bulleted lists or numbered lists": an item of a list after a comma keeps the negation before the list.
 _LIST_ITEM = re.compile(r"^\s*(?:(?:and|or|nor)\s+)?(?:(?!(?:just|only|but|then|please|instead|not|rather|so|use|write|"
                         r"give|keep|make)\b)[\w'-]+(?:\s+|$)){0,2}$", re.IGNORECASE)
@@ -140,13 +154,13 @@ _MARKUP = re.compile(r"<\s*/?\s*[A-Za-z][^<>]*>|&[a-z]+;|\{[^{}]*\}")
 _DISLIKED = re.compile(
     r"\b(?:mess(?:y)?|curt|cold|abrupt|tiring|tedious|annoying|annoy(?:s|ed)?|distract(?:s|ing|ed)?|confus(?:e|es|ing|ed)|"
     r"overwhelm(?:s|ing|ed)?|exhausting|boring|bores? me|glaze over|tune out|shout(?:s|ing|ed)?|robotic|brutal|"
-    r"unprofessional|inappropriate|clutter(?:s|ed)?|noisy|hard (?:for me )?to|hate|dislike|can't stand|drives? me|waste|painful|irritat\w*|"
+    r"unprofessional|inappropriate|clutter(?:s|ed)?|noisy|hard (?:for me )?to|hard (?:for|on) my \w+|hate|dislike|can't stand|drives? me|waste|painful|irritat\w*|"
     r"off-putting|pointless|useless|too many|too much|overkill|unnecessary|unneeded)\b", re.IGNORECASE)
 
 
 # A clause worded as a wish rather than as the user's situation: a request, a preference, a rule, an imperative.
 WISH = re.compile(
-    r"\bplease\b|\b(?:should|must|has to|have to|needs? to|ought to)\b|"
+    r"\bplease\b|\b(?:should|must|has to|needs? to|ought to)\b|(?<!\bI )\bhave to\b|"
     r"^\W*(?:\w+\W+){0,2}?I\s+(?:do not|don't|dont|never)\s+(?:want|need|like)\b|\bwould (?:do|be enough|suffice)\b|"
     r"^\W*(?:\w+\W+){0,2}?(?:I(?:'d| would)?\s+(?:really\s+|much\s+|just\s+|only\s+)?(?:like|prefer|want|need|rather|enjoy|"
     r"appreciate|love|value)\b|I'd\b|give me\b|let me\b)|"
@@ -166,16 +180,23 @@ def markup_share(text: str) -> float:
 # points", "It always starts with 'Great question!'", "I keep getting code thrown at me"): what it names is what
 # the user does not want, and what it says is missing ("running text with no headings") is what they do. Read
 # as a wish, it names the very thing the user is complaining about (docs/crm.md, run 32).
-_OUTPUT = (r"(?:it|you|everything|every (?:answer|reply|response)|(?:the|your|these|all the) (?:answers?|repl(?:y|ies)|"
-           r"responses?|text|writing|tone|sentences|explanations?|output)(?: I get)?|answers|replies|responses)")
+_OUTPUT = (r"(?:(?:right now|currently|these days|lately),? )?(?:(?:half|most|much|all|some|part) of )?"
+           r"(?:it|you|everything|every (?:answer|reply|response|explanation)|(?:the|your|these|all the|every|each) "
+           r"(?:answers?|repl(?:y|ies)|responses?|text|writing|tone|sentences|explanations?|output)(?: I get)?|answers|"
+           r"replies|responses)")
 COMPLAINT = re.compile(
     r"^\W*(?:(?:it'?s|it is) (?:so )?(?:frustrating|annoying|irritating|tiring) when|it (?:bugs|annoys|bothers|irritates|"
     r"frustrates) me when|I (?:keep|always) (?:getting|get|receiving)|I(?:'m| am) (?:tired|sick) of|"
     r"I (?:ask|asked)\b[^,;.]*\b(?:and|but) (?:get|got)\b)"
-    r"|^\W*every (?:answer|reply|response)\s+\w+s\b"
+    r"|^\W*every (?:answer|reply|response|explanation)(?: I get)?\s+\w+s\b|^\W*(?:all )?I (?:get|receive)\b(?! (?:anxious|lost|confused|bored|tired|overwhelmed|frustrated|annoyed|"
+    r"distracted|nervous|stressed|impatient))|^\W*I (?:have|had) to (?:dig|wade|scroll|search|hunt|sift|read|scan|"
+    r"skip|get through|go through)\b|^\W*(?:half|most|much|all|some|part) of (?:every|each|the|your|my) "
+    rf"(?:answer|reply|response|explanation)s?\b|^\W*{_OUTPUT}(?:'s| is| are) (?:all|the same|just)\b"
+    r"|^\W*you\s+(?!should|must|could|can|would|will|need|have|might|may|are\b|were\b)[a-z]+\b"
     rf"|^\W*{_OUTPUT}\s+(?:[\w']+\s+){{0,3}}?(?:always|constantly|usually|keeps?|never|just|still|(?:way |far )?too|"
     r"so \w+|stays?|comes?(?: back)? (?:as|in|with)|gets? (?:broken|chopped|split)|(?:is|are) (?:written|chopped|"
-    r"broken|split|full of|stuffed)|(?:reads?|writes?|sounds?|feels?|looks?) like|looks? the same|go(?:es)? on|"
+    r"broken|split|full of|stuffed)|(?:is|'s|are) (?:all|the same)|gets? (?:padded|stuffed|filled|cluttered|buried)|"
+    r"(?:reads?|writes?|sounds?|feels?|looks?) like|looks? the same|go(?:es)? on|runs? on|"
     r"blurts?|tells? me)\b", re.IGNORECASE)
 
 
@@ -234,6 +255,7 @@ def _negated_at(text: str, start: int, end: int) -> bool:
     count = len(_NEGATOR.findall(_ZERO.sub(" ", before)))
     clause = text[clause_start:clause_end]
     count += bool(_ZERO.search(clause)) + bool(_FREE.match(text, end))
+    count += bool(re.search(r"\bwithout\b", before, re.IGNORECASE) and _UNABLE_AFTER.match(text, end, clause_end))
     return count % 2 == 1 or bool(_DISLIKED.search(clause))  # "I don't want words shouting at me": one turn
 
 
@@ -253,4 +275,4 @@ def read(text: str) -> dict[str, float]:
 
 # In the checkpoint id (criteria_prototypes.SETTINGS): a change of any rule above retrains, nothing else does.
 VERSION = hashlib.sha256(repr([TERMS, *(pattern.pattern for pattern in (
-    _NEGATOR, _LIMIT, _ZERO, _FREE, _QUOTED_STOP, _CLAUSE_BREAK, _LIST_ITEM, _DISLIKED, _MARKUP, WISH, COMPLAINT))]).encode()).hexdigest()[:12]
+    _NEGATOR, _LIMIT, _UNABLE_AFTER, _ZERO, _FREE, _QUOTED_STOP, _CLAUSE_BREAK, _LIST_ITEM, _DISLIKED, _MARKUP, WISH, COMPLAINT))]).encode()).hexdigest()[:12]
