@@ -21,9 +21,8 @@ benchmarks/probes_under_wishes.py and the probes' places under them), not on the
 The floor is in the fitted substance terms' units, and a wish's own term is in tens of units per standard deviation
 of its property: an echo of the request is shorter than any real answer, and under "keep it short" it won
 three comparisons in four against the real answer (the gaming_wishes split, docs/crm.md run 32). So an answer
-marked as no answer, t(p, a) in [0, 1] (`trick_degree`: the request said back, an answer cut mid-phrase, or text
-tied to nothing in the prompt), gets no credit from the wish and loses `trick_cost` times the wish's coefficient
-norm |wish(c)| (the credit of trick_cost standard deviations of the property against the wish). trick_cost 1 was
+marked as no answer, t(p, a) in [0, 1] (`trick_degree`: the request said back, an answer cut mid-phrase), gets
+no credit from the wish and loses `trick_cost` times the wish's coefficient norm |wish(c)| (the credit of trick_cost standard deviations of the property against the wish). trick_cost 1 was
 chosen on the dev measures beside 0 and 3 (docs/crm.md, run 33): more buys fewer tricks and costs the custom
 leaderboards' order on MT-Bench, whose weakest models' answers include echoes and answers cut at their token limit.
 """
@@ -80,13 +79,11 @@ def focused_coefficients(weights: "LinearWeights", criteria_vector: np.ndarray,
 
 def trick_degree(rows: np.ndarray) -> np.ndarray:
     """Per response row, how surely it is no answer (0 to 1): the most of its TRICK_FEATURES (the request said back,
-    cut mid-phrase) and of how far it is tied to nothing in the prompt, (1 − prompt_fit) · unsupported_sentence_share
-    (another prompt's answer, one generic answer for all)."""
-    raw = rows[:, 1:].astype(np.float64)
-    tied_to_nothing = ((1.0 - raw[:, ROW_FEATURES.index("prompt_fit")])
-                       * raw[:, ROW_FEATURES.index("unsupported_sentence_share")])
-    marks = [raw[:, ROW_FEATURES.index(name)] for name in TRICK_FEATURES]
-    return np.clip(np.max(np.stack([tied_to_nothing, *marks]), axis=0), 0.0, 1.0)
+    cut mid-phrase). Text tied to nothing in the prompt, (1 − prompt_fit) · unsupported_sentence_share, was tried
+    as a third mark and not kept: it marks creative writing and lists of names as surely as another prompt's answer
+    (docs/crm.md, run 33)."""
+    marks = [rows[:, 1 + ROW_FEATURES.index(name)].astype(np.float64) for name in TRICK_FEATURES]
+    return np.clip(np.max(np.stack(marks), axis=0), 0.0, 1.0)
 
 
 def focused_terms(weights: "LinearWeights", rows: np.ndarray, criteria_vector: np.ndarray,
