@@ -2,7 +2,9 @@
 share of phrasings whose strongest reading is the property direction they mean, per family of crm/property_phrasings.yaml (train families, whose phrasings are in the
 bank, and held-out ones), and on FRESH: one wording per direction written after the reading's rules were designed
 (clauses, dislikes). FRESH and the blind sets were first measured untouched; run 32 designed the complaint and list
-rules on their failures, so since then they are dev wordings and only the held-out families test (docs/crm.md).
+rules on their failures, so since then they are dev wordings and only the held-out families test (docs/crm.md);
+run 33 did the same with blind3 and kept blind4 unread for its first measure. The listing of wrong readings at
+the end leaves out the sets named in USL_UNREAD_SETS (e.g. blind4), so a set can be measured without being read.
 
     USL_DATA_DIR=../shared/data .venv/bin/python benchmarks/criteria_reading.py [--home .usl]
 
@@ -55,11 +57,16 @@ FRESH = {
 # code nor the other wordings, and was not read by that author before its first measure here, on the rules of
 # 1f2911d (bank 0.708, bank + words 0.819 of 144); `blind2`, a third helper's written the same way, first measured
 # on 4961023; `blind3`, a fourth helper's, 8 styles per direction (terse, long context, non-native, complaint,
-# specification, description, polite question, idiom), first measured on b950053.
+# specification, description, polite question, idiom), first measured on b950053 (0.786) and dev since run 33;
+# `blind4`, a fifth helper's, 6 styles (complaint, first-person complaint, idiom, polite request, taste, long
+# context), written the same day and not read by the author of run 33's rules before its first measure, on run 33.
 OUTSIDE = {path.stem.removeprefix("criteria_wordings_"): path
            for path in (Path(__file__).with_name(f"criteria_wordings_{name}.yaml")
-                        for name in os.environ.get("USL_OUTSIDE_SETS", "outside,blind,blind2,blind3").split(","))
+                        for name in os.environ.get("USL_OUTSIDE_SETS", "outside,blind,blind2,blind3,blind4").split(","))
            if path.exists()}
+STYLES = {"blind3": ("terse", "long context", "non-native", "complaint", "specification", "description",
+                     "polite question", "idiom"),
+          "blind4": ("complaint", "first-person complaint", "idiom", "polite request", "taste", "long context")}
 MIN_READING = 0.5  # of criteria_prototypes.SCALE's 4: a weaker strongest reading is read as nothing
 
 
@@ -85,26 +92,26 @@ def main() -> None:
                                       for r in readings]
         table[reader] = table[f"read_as_{reader}"] == table["direction"]
     table["kind"] = np.select([table["family"] == "fresh", table["family"] == "outside",
-                               table["family"].isin(["blind", "blind2"]), table["family"] == "blind3",
+                               table["family"].isin(["blind", "blind2", "blind3"]), table["family"] == "blind4",
                                table["family"].isin(properties.HELDOUT_FAMILIES)],
                               ["fresh (dev since run 32)", "outside (read before the words were written)",
-                               "blind (dev since run 32)", "blind3 (first measured on b950053)",
+                               "blind (dev since run 32; blind3 since run 33)", "blind4 (first measured on run 33)",
                                "held-out families"], "train families")
     print("share read as the direction they mean (a reading under MIN_READING counts as nothing):")
     print(table.groupby("kind")[["bank", "bank+words"]].agg(["mean", "size"]).round(3).to_string())
     print(table.groupby("family")[["bank", "bank+words"]].mean().round(3).to_string())
-    styled = table[table["family"] == "blind3"]
-    if len(styled):  # blind3 lists its 8 styles in one order under every direction
-        styles = ("terse", "long context", "non-native", "complaint", "specification", "description",
-                  "polite question", "idiom")
-        by_style = styled.groupby(styled.groupby("direction").cumcount().map(dict(enumerate(styles))))
-        print("blind3 by style:\n" + by_style[["bank", "bank+words"]].mean().round(3).to_string())
+    for name, styles in STYLES.items():  # these sets list their styles in one order under every direction
+        styled = table[table["family"] == name]
+        if len(styled):
+            by_style = styled.groupby(styled.groupby("direction").cumcount().map(dict(enumerate(styles))))
+            print(f"{name} by style:\n" + by_style[["bank", "bank+words"]].mean().round(3).to_string())
     named = [criteria_vocabulary.read(text) for text in table["text"]]
     table["words_alone"] = ["none" if not reading else "right" if reading.get(direction, 0) == max(reading.values())
                             else "other" for reading, direction in zip(named, table["direction"])]
     print("the words alone (crm/criteria_vocabulary.read of the whole line; 'none': the bank reads it):")
     print(table.groupby(["kind", "words_alone"]).size().unstack(fill_value=0).to_string())
-    wrong = table[~table["family"].isin(properties.TRAIN_FAMILIES) & ~table["bank+words"]]
+    unread = os.environ.get("USL_UNREAD_SETS", "").split(",")
+    wrong = table[~table["family"].isin([*properties.TRAIN_FAMILIES, *unread]) & ~table["bank+words"]]
     with pd.option_context("display.max_colwidth", 90, "display.width", 250):
         print("held-out, fresh and outside wordings bank+words reads wrong:\n"
               + (wrong[["direction", "read_as_bank+words", "text"]].to_string(index=False) if len(wrong) else "none"))

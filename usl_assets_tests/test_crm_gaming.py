@@ -218,21 +218,3 @@ def test_a_heading_that_names_nothing_of_prompt_or_answer_leaves_the_view_and_co
     assert relevance.supported_text(PROMPT, topical) == topical
     coded = f"{ANSWER}\n```python\n# Buckets\n# Keys\nbuckets = [[] for _ in range(8)]\n```"
     assert relevance.supported_text(PROMPT, coded) == coded
-
-
-def test_the_request_said_back_and_an_answer_cut_mid_phrase_are_marked_as_no_answer():
-    """relevance.TRICK_FEATURES: an echo of the request (either bank) is restated fully; a real answer that quotes
-    the request adds what it answers and is not; a truncated answer ending on "the" is cut mid-phrase, an answer
-    ending on a word (MT-Bench's lose their final full stop) or a full stop is not."""
-    prompt = "Which spices go well with roasted carrots and parsnips?"
-    answer = ("Which spices go well with roasted carrots and parsnips? Cumin, coriander and smoked paprika suit both; "
-              "thyme and honey round them off, and a pinch of chili flakes adds warmth.")
-    for bank in gaming.BANKS:  # its polite frame's few words of its own fade the mark; common stems do not count
-        echo = gaming.echo(prompt, bank, 0, "carrots")
-        assert relevance.prompt_restated(prompt, echo) > 0
-        assert relevance.prompt_restated(prompt, echo, frozenset(relevance.stems(echo)) - set(relevance.stems(prompt))) == 1
-    assert relevance.prompt_restated(prompt, answer) == 0.0
-    assert relevance.prompt_restated(prompt, "Cumin and paprika suit both.") == 0.0  # quotes nothing
-    assert relevance.cut_mid_phrase("Cumin, coriander and smoked paprika suit both, and the") == 1.0
-    assert relevance.cut_mid_phrase("Cumin, coriander and smoked paprika suit both") == 0.0
-    assert relevance.cut_mid_phrase("Roast them with cumin and the.") == 0.0

@@ -394,12 +394,6 @@ def test_under_a_wish_the_wish_decides_and_an_answer_that_misses_the_prompt_stil
     real = scorer.score([ScoreItem(p, a, wish) for p, a in zip(held["prompt"], held["chosen"])])
     off = scorer.score([ScoreItem(p, held["chosen"].iloc[j], wish) for p, j in zip(held["prompt"], moved)])
     assert (real > off).mean() > 0.7
-    # an echo of the request is shorter than any real answer, yet a wish for brevity pays it nothing (trick_degree)
-    short = ("Keep answers short.",)
-    assert weights.wish_strength(scorer.embed_criteria([short])[0]) > 0.5
-    real = scorer.score([ScoreItem(p, a, short) for p, a in zip(held["prompt"], held["chosen"])])
-    echo = scorer.score([ScoreItem(p, gaming.echo(p, "heldout", 0, i), short) for i, p in enumerate(held["prompt"])])
-    assert (real > echo).mean() > 0.7  # 0.29 without the rule
     default_rows = scorer.embed_responses(list(plain["prompt"]), list(plain["chosen"]))
     vector = scorer.embed_criteria([rubric])[0]
     np.testing.assert_array_equal(weights.score_rows(default_rows, vector),

@@ -11,15 +11,14 @@ from usl_assets.crm.features import (DEGENERATION_FEATURES, FEATURE_NAMES, degen
                                      features_from_counts, response_counts)
 from usl_assets.crm.graded_answers import GradedAnswers
 from usl_assets.crm.properties import MEASURED_FEATURES, MEASURED_VIEW_FEATURES, measured_row, measured_view_row
-from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, TRICK_FEATURES, relevance_and_views, trick_matrix
+from usl_assets.crm.relevance import TEXT_RELEVANCE_FEATURES, relevance_and_views
 
 N_BUCKETS = 2**18
 # Read from the judge's graded answers to the same prompt (crm/graded_answers.py, crm/relevance.py).
 GRADED_FEATURES = ("graded_answers", "graded_best_match")
 # The columns after the n-gram score in a response row.
-# The TRICK_FEATURES come last and are never fitted (LinearConfig.feature_columns): a scoring rule reads them.
 ROW_FEATURES = (*FEATURE_NAMES, *DEGENERATION_FEATURES, *TEXT_RELEVANCE_FEATURES, *GRADED_FEATURES, *MEASURED_FEATURES,
-                *MEASURED_VIEW_FEATURES, *TRICK_FEATURES)
+                *MEASURED_VIEW_FEATURES)
 GRADED_COLUMNS = [ROW_FEATURES.index(name) for name in GRADED_FEATURES]
 GRADED_COLUMN = GRADED_COLUMNS[0]
 
@@ -61,7 +60,7 @@ def _raw_feature_rows(prompts: list[str], texts: list[str], graded: np.ndarray, 
     relevance, views = relevance_and_views(prompts, texts, supported_view, common)
     counted = answer_features(texts, views)
     return np.concatenate([counted[:, :len(FEATURE_NAMES)], degeneration_matrix(prompts, texts, views), relevance,
-                           graded, counted[:, len(FEATURE_NAMES):], trick_matrix(prompts, texts, common)], axis=1), views
+                           graded, counted[:, len(FEATURE_NAMES):]], axis=1), views
 
 
 def answer_features(texts: list, views: list) -> np.ndarray:

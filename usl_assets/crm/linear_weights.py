@@ -7,7 +7,6 @@ decides, and on a pool where the property is rare that rest outvotes the wish: M
 strength s (`WishFocus.strength`: 0 without a wish, 1 for a wish read fully) scoring counts
 
     r = (1 − s) · (u·h(a) + rest(c)·f(p, a))  +  wish(c)·f(p, a)  +  cost · s · min(0, substance + margin)
-        − s · t(p, a) · (max(0, wish(c)·f(p, a)) + trick_cost · |wish(c)|)
 
 with wish(c) the coefficients the wish's reading gives (its property's measured columns only) and rest(c) the
 others: the n-gram score and every other term yield to the wish as it grows. The substance terms
@@ -17,14 +16,6 @@ what it lacks below `margin` (reward units under the average training answer's s
 standardization puts at 0). Criteria with no wish (every default leaderboard, a scenario rubric) score exactly as
 without the rule. margin 0.5 and cost 3 were chosen on the dev measures (the blind wishes of
 benchmarks/probes_under_wishes.py and the probes' places under them), not on the held-out phrasings.
-
-The floor is in the fitted substance terms' units, and a wish's own term is in tens of units per standard deviation
-of its property: an echo of the request is shorter than any real answer, and under "keep it short" it won
-three comparisons in four against the real answer (the gaming_wishes split, docs/crm.md run 32). So an answer
-marked as no answer, t(p, a) in [0, 1] (`trick_degree`: the request said back, an answer cut mid-phrase), gets
-no credit from the wish and loses `trick_cost` times the wish's coefficient norm |wish(c)| (the credit of trick_cost standard deviations of the property against the wish). trick_cost 1 was
-chosen on the dev measures beside 0 and 3 (docs/crm.md, run 33): more buys fewer tricks and costs the custom
-leaderboards' order on MT-Bench, whose weakest models' answers include echoes and answers cut at their token limit.
 """
 
 import json
@@ -37,7 +28,6 @@ from usl_assets.crm import criteria_prototypes
 from usl_assets.crm.graded_answers import GradedAnswers
 from usl_assets.crm.linear_constraints import SUBSTANCE_FEATURES
 from usl_assets.crm.linear_rows import GRADED_COLUMN, ROW_FEATURES, graded_matrix, ngram_matrix, raw_features
-from usl_assets.crm.relevance import TRICK_FEATURES
 from usl_assets.settings import StaleCheckpoint
 
 WEIGHTS_FILE = "linear.safetensors"
@@ -50,7 +40,6 @@ class WishFocus:
     full: float  # the sum of those columns for one wish read at full strength
     margin: float = 0.5
     cost: float = 3.0
-    trick_cost: float = 1.0
 
     def strength(self, criteria_vector: np.ndarray) -> float:
         wishes = np.asarray(criteria_vector, np.float64).reshape(-1)[-self.wish_columns:]
@@ -77,28 +66,16 @@ def focused_coefficients(weights: "LinearWeights", criteria_vector: np.ndarray,
     return (1.0 - strength) * rest + weights.gate @ wish, rest
 
 
-def trick_degree(rows: np.ndarray) -> np.ndarray:
-    """Per response row, how surely it is no answer (0 to 1): the most of its TRICK_FEATURES (the request said back,
-    cut mid-phrase). Text tied to nothing in the prompt, (1 − prompt_fit) · unsupported_sentence_share, was tried
-    as a third mark and not kept: it marks creative writing and lists of names as surely as another prompt's answer
-    (docs/crm.md, run 33)."""
-    marks = [rows[:, 1 + ROW_FEATURES.index(name)].astype(np.float64) for name in TRICK_FEATURES]
-    return np.clip(np.max(np.stack(marks), axis=0), 0.0, 1.0)
-
-
 def focused_terms(weights: "LinearWeights", rows: np.ndarray, criteria_vector: np.ndarray,
                   strength: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(n-gram score, per-feature contributions, substance shortfall and trick penalty) of response rows under one
-    criteria vector with a wish of `strength` > 0: they sum to the reward."""
+    """(n-gram score, per-feature contributions, substance shortfall) of response rows under one criteria vector
+    with a wish of `strength` > 0: they sum to the reward."""
     coefficients, rest = focused_coefficients(weights, criteria_vector, strength)
     scaled = weights.scaled_features(rows)
     substance = np.array([ROW_FEATURES[column] in SUBSTANCE_FEATURES for column in weights.columns])
     shortfall = np.minimum(0.0, scaled[:, substance] @ rest[substance] + weights.focus.margin)
-    wish = coefficients - (1.0 - strength) * rest
-    credit = scaled @ wish
-    penalty = trick_degree(rows) * (np.maximum(credit, 0.0) + weights.focus.trick_cost * np.linalg.norm(wish))
     return ((1.0 - strength) * rows[:, 0].astype(np.float64), scaled * coefficients,
-            strength * (weights.focus.cost * shortfall - penalty))
+            weights.focus.cost * strength * shortfall)
 
 
 @dataclass

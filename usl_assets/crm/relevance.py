@@ -23,18 +23,6 @@ These features measure fit; the gaming rows of crm/gaming_pairs.py teach the CRM
   prompt (crm/graded_answers.py; other model families only in training; 0 for prompts it never graded, a constant
   within a prompt, so it never decides between two answers to an ungraded prompt).
 
-TRICK_FEATURES mark an answer that is no answer however the criteria read it; the fit never sees them (a wish's
-own term outweighs every fitted one, so under a wish they are a scoring rule: crm/linear_weights.py, docs/crm.md
-run 33):
-
-- `prompt_restated`: the request said back with little else: 1 when the answer's copied word 4-grams cover at least
-  RESTATED_COVERAGE of the prompt's words and it adds at most RESTATED_ADDED[0] content stems of its own (neither
-  the prompt's nor the common ones), fading to 0 at RESTATED_ADDED[1]. A real answer that quotes a prompt whole
-  adds what it answers (a tenth of a percent of the pools' real answers reach 0.5).
-- `cut_mid_phrase`: 1 when the answer stops mid-sentence on a word no sentence ends with ("the", "of", "and"):
-  an answer cut short. `unfinished_ending` alone cannot say it: MT-Bench's answers come without their final full
-  stop (28% of real answers end on a letter).
-
 Pure Python and sparse algebra: no model, so whole pools are scored in seconds.
 """
 
@@ -52,14 +40,6 @@ RELEVANCE_FEATURES = ("prompt_fit", "unsupported_sentence_share", "log_excess_un
                       "unfinished_ending", "graded_best_match")
 # Computed here; graded_best_match comes with the graded answers (GradedAnswers.features).
 TEXT_RELEVANCE_FEATURES = RELEVANCE_FEATURES[:4]
-TRICK_FEATURES = ("prompt_restated", "cut_mid_phrase")
-RESTATED_COVERAGE = 0.95
-RESTATED_ADDED = (5, 10)
-_COPY_GRAM = 4
-# Words a cut leaves dangling: articles, prepositions, conjunctions, auxiliaries.
-_DANGLING = frozenset("the a an to of and or nor but in on at by for with from into onto as than that which who whose "
-                      "this these those its their your our my his her is are was were be been being has have had will "
-                      "would can could should if when while because so".split())
 FIT_COSINE = 0.15
 # Unsupported content words an answer may have before they count: the 95th percentile of real training answers
 # (train originals of every source: 90th 8, 95th 14, 97.5th 22), under every padded training row's filler (10th
@@ -254,38 +234,3 @@ def relevance_and_views(prompts: list, answers: list, views: bool,
 def relevance_matrix(prompts: list, answers: list) -> np.ndarray:
     """One float32 row per (prompt, answer), columns in TEXT_RELEVANCE_FEATURES order."""
     return relevance_and_views(prompts, answers, views=False)[0]
-
-
-def _prompt_coverage(prompt_words: list[str], answer_words: list[str]) -> float:
-    """The share of the prompt's words inside a word 4-gram the answer copies (a prompt under 4 words: 1 when the
-    answer holds it whole)."""
-    if len(prompt_words) < _COPY_GRAM:
-        return float(bool(prompt_words) and f" {' '.join(prompt_words)} " in f" {' '.join(answer_words)} ")
-    copied = {tuple(answer_words[i:i + _COPY_GRAM]) for i in range(len(answer_words) - _COPY_GRAM + 1)}
-    covered = np.zeros(len(prompt_words), bool)
-    for i in range(len(prompt_words) - _COPY_GRAM + 1):
-        if tuple(prompt_words[i:i + _COPY_GRAM]) in copied:
-            covered[i:i + _COPY_GRAM] = True
-    return float(covered.mean())
-
-
-def prompt_restated(prompt: object, answer: object, common: frozenset = frozenset()) -> float:
-    """How fully the answer is the request said back with little else (module docstring), 0 to 1."""
-    prompt, answer = as_text(prompt).lower(), as_text(answer).lower()
-    if _prompt_coverage(_WORD.findall(prompt), _WORD.findall(answer)) < RESTATED_COVERAGE:
-        return 0.0
-    added = len(set(stems(answer)) - set(stems(prompt)) - common)
-    low, high = RESTATED_ADDED
-    return float(np.clip((high - added) / (high - low), 0.0, 1.0))
-
-
-def cut_mid_phrase(answer: object) -> float:
-    """1 when the answer ends, unfinished, on a word no sentence ends with (_DANGLING)."""
-    words = _WORD.findall(as_text(answer).lower()[-40:])
-    return float(unfinished_ending(answer) == 1.0 and bool(words) and words[-1] in _DANGLING)
-
-
-def trick_matrix(prompts: list, answers: list, common: frozenset = frozenset()) -> np.ndarray:
-    """One float32 row per (prompt, answer), columns in TRICK_FEATURES order."""
-    rows = [(prompt_restated(prompt, answer, common), cut_mid_phrase(answer)) for prompt, answer in zip(prompts, answers)]
-    return np.asarray(rows, dtype=np.float32).reshape(len(rows), len(TRICK_FEATURES))

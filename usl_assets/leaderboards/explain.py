@@ -29,7 +29,7 @@ RELEVANCE_TERM = "fit to the prompt (relevance, unsupported sentences, unfinishe
 GRADED_TERM = "graded answers (the AI judge's grades of other answers to the prompt)"
 DEGENERATION_TERM = "degeneration (repeats, prompt copies, prompt terms missed)"
 OTHER_TERM = "other style features"
-SHORTFALL_TERM = "substance shortfall under a wish (an answer that misses the prompt, restates it or is cut short)"
+SHORTFALL_TERM = "substance shortfall under a wish (an answer that misses the prompt)"
 
 
 def term_of(feature: str) -> str:
