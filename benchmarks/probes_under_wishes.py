@@ -1,8 +1,8 @@
 """Can a custom leaderboard be bought? The gaming audit (leaderboard.gaming_audit) ranks the probe models (answers
 built to fool the judge: padded, off-topic, generic, echo, truncated; benchmarks/judging_substance.probes) under
 each prompt's default criteria only. Here the default checkpoint ranks them under users' wishes, one wording per
-property direction from `blind` (criteria_wordings_blind.yaml: written by a helper who saw no code and no other
-wording), in both pools, at temperature 1 without the bootstrap. Per wish it prints the padded probe's place
+property direction from `blind` (crm/wish_wordings/blind.yaml: written by a helper who saw no code and no other
+wording; since run 34 among the wordings the wish reader is fitted on), in both pools, at temperature 1 without the bootstrap. Per wish it prints the padded probe's place
 beside its source's (the pool's weakest model), the truncated probe's beside its source's (the strongest), which
 off-topic, generic or echo probes rank above a real model, and the Spearman over the real models between their
 scores and the property measured on their answers (negated for "less"). The last lines sum it up per pool
@@ -22,10 +22,11 @@ import pandas as pd
 import yaml
 from scipy.stats import spearmanr
 
+from usl_assets.crm import wish_reader
 from usl_assets.crm.features import response_counts
 from usl_assets.crm.properties import PROPERTIES, property_value
 
-WISHES = Path(__file__).with_name("criteria_wordings_blind.yaml")
+WISHES = wish_reader.WORDINGS_DIR / "blind.yaml"
 MUST_LOSE = ("off_topic", "generic", "echo")  # below every real model, as the gaming audit demands
 
 

@@ -10,7 +10,8 @@ criteria_prototypes.EMPHASIS, which a checkpoint from run 22 on already applies 
   last phrasing of each train family, never in a training row);
 - for the record, the same on each response pool under the held-out families' phrasings of the trained properties
   (what leaderboard.criteria_fidelity measures at gain 1), and with `--outside` under the wordings other people
-  wrote for criteria_reading.py (criteria_wordings_*.yaml: `blind` and `blind2` never read before measured, dev since run 32).
+  wrote for criteria_reading.py (crm/wish_wordings/*.yaml, fitted on by the wish reader since run 34, and
+  benchmarks/criteria_wordings_blind5.yaml, kept out of everything).
 
     USL_DATA_DIR=../shared/data .venv/bin/python benchmarks/reading_gain.py [--home .usl] [--gains 1,2,3,4]
         [--pools-only] [--oracle] [--by-property] [--outside]
@@ -163,7 +164,7 @@ def pool_measure(pools, ranked, standing, scorer, gains, temperature, oracle: bo
             if per_property:
                 print(by_property(read_right))
         for name, wordings in others.items():
-            print(f"{pool}: the {len(wordings)} wordings of {name} (criteria_wordings_{name}.yaml)")
+            print(f"{pool}: the {len(wordings)} wordings of {name} ({OUTSIDE[name]})")
             print(summary(fidelity(scorer, answers, reference, wordings, gains, temperature)).round(3).to_string())
 
 

@@ -42,7 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
-from usl_assets.crm import criteria_vocabulary
+from usl_assets.crm import criteria_vocabulary, wish_reader
+from usl_assets.crm.wish_reader import WishReader
 from usl_assets.settings import StaleCheckpoint
 
 TOP_K = 3
@@ -103,7 +104,8 @@ VOCABULARY = True
 # its own, so a user's wish may move the property as measured while a rubric moves what the labelled pairs paid
 # for (LinearConfig.reading_gate "wish_measured"; docs/crm.md run 25).
 WISH = "wish "
-SETTINGS = {"emphasis": EMPHASIS, "halves": WISH, "vocabulary": VOCABULARY and criteria_vocabulary.VERSION, "contrast": CONTRAST, "long_line_words": LONG_LINE_WORDS, "clauses": "first_person", "dislike": True, "complaint": True,
+SETTINGS = {"emphasis": EMPHASIS, "halves": WISH, "vocabulary": VOCABULARY and criteria_vocabulary.VERSION,
+            "wish_reader": wish_reader.VERSION, "contrast": CONTRAST, "long_line_words": LONG_LINE_WORDS, "clauses": "first_person", "dislike": True, "complaint": True,
             "top_k": TOP_K, "scale": SCALE, "profile_reading": PROFILE_READING, "negation_penalty": NEGATION_PENALTY,
             "temperature": TEMPERATURE,
             "match_center": MATCH_CENTER, "match_width": MATCH_WIDTH}
@@ -231,6 +233,7 @@ class PrototypeBank:
     negations: list[bool]  # per phrasing: whether it is worded as a negation
     texts: list[str] | None = None  # per phrasing: its text (saved with it, so an encoder need not embed it again)
     calibrated: frozenset[str] | None = None  # lines read at the fitted strength (None: every line, as in training)
+    reader: WishReader | None = None  # reads the wishes (crm/wish_reader.py); None: the bank reads them too
 
     @property
     def directions(self) -> list[str]:
@@ -260,7 +263,7 @@ class PrototypeBank:
         none; a calibrated line (a scenario rubric's) always by its nearest phrasings. embed: texts ->
         {text: L2-normalized vector}."""
         parts = {line: sides(line) for line in lines}
-        vectors = embed(list(dict.fromkeys(text for line in lines for text, _ in parts[line])))
+        vectors = embed(list(dict.fromkeys([*lines, *(text for line in lines for text, _ in parts[line])])))
         flipped = [self.directions.index(_opposite(direction)) for direction in self.directions]
         rows = []
         for line in lines:
@@ -268,8 +271,14 @@ class PrototypeBank:
             kept = _without_situation(parts[line]) if by_words else parts[line]
             named = [reading for reading in (self._named(text, wanted, flipped) for text, wanted in kept)
                      if reading is not None] if by_words else []
+            reader = self.reader if by_words else None
             if named:
-                rows.append(np.max(named, axis=0))
+                reading = np.max(named, axis=0)
+                rows.append(reader.weigh_named(reading, vectors[line]) if reader is not None else reading)
+                continue
+            if reader is not None:
+                line_vector = vectors[line][None, :]
+                rows.append(SCALE * reader.probabilities(line_vector)[0] * reader.match(line_vector)[0])
                 continue
             rows.append(np.max([self.read(vectors[text][None, :], [text])[0] if wanted
                                 else self.read(vectors[text][None, :], [text], polarity=False)[0][flipped]
@@ -304,7 +313,9 @@ class PrototypeBank:
     def save(self, folder: Path) -> None:
         from safetensors.numpy import save_file
 
-        save_file({"vectors": np.ascontiguousarray(self.vectors, dtype=np.float32)}, folder / WEIGHTS_FILE)
+        arrays = {"vectors": self.vectors, **(self.reader.arrays() if self.reader is not None else {})}
+        save_file({key: np.ascontiguousarray(value, dtype=np.float32) for key, value in arrays.items()},
+                  folder / WEIGHTS_FILE)
         (folder / SHAPE_FILE).write_text(json.dumps({"labels": self.labels, "negations": self.negations,
                                                      "texts": self.texts, "calibrated": None if self.calibrated is None else sorted(self.calibrated),
                                                      **SETTINGS}, indent=2), encoding="utf-8")
@@ -319,5 +330,8 @@ class PrototypeBank:
         if {k: shape.get(k) for k in SETTINGS} != SETTINGS:
             raise StaleCheckpoint(f"{folder} reads criteria with other prototype settings than this code: retrain it "
                                   "(`usl run`, or `make run`)")
-        return cls(shape["labels"], load_file(folder / WEIGHTS_FILE)["vectors"].astype(np.float64), shape["negations"],
-                   shape.get("texts"), None if shape["calibrated"] is None else frozenset(shape["calibrated"]))
+        arrays = load_file(folder / WEIGHTS_FILE)
+        labels = shape["labels"]
+        return cls(labels, arrays["vectors"].astype(np.float64), shape["negations"], shape.get("texts"),
+                   None if shape["calibrated"] is None else frozenset(shape["calibrated"]),
+                   reader=WishReader.from_arrays(list(dict.fromkeys(labels)), arrays))

@@ -13,9 +13,10 @@ import numpy as np
 import pandas as pd
 
 from usl_assets.crm import linear, linear_rows, linear_weights, relevance
-from usl_assets.crm import criteria_prototypes
+from usl_assets.crm import criteria_prototypes, wish_reader
 from usl_assets.crm.backbones import Backbone
 from usl_assets.crm.criteria_prototypes import PrototypeBank
+from usl_assets.crm.wish_reader import WishReader
 from usl_assets.crm.graded_answers import GradedAnswers
 from usl_assets.crm.interface import NEUTRAL_CRITERIA, ScoreItem, criteria_text
 from usl_assets.crm import numpy_encoder
@@ -47,11 +48,15 @@ class CriteriaEncoder:
             self._cache.update(zip(bank.texts, bank.vectors))
 
     def with_training_bank(self) -> "CriteriaEncoder":
-        """Build the prototype bank from the training phrasings (embedded once)."""
+        """Build the prototype bank from the training phrasings and fit the wish reader on them and the wording
+        sets (crm/wish_reader.py), each line embedded once."""
         labels, texts = criteria_prototypes.bank_phrasings()
-        vectors = self.embed_lines(texts)
+        reader_labels, reader_texts = wish_reader.fitted_on(labels, texts)
+        vectors = self.embed_lines(list(dict.fromkeys([*texts, *reader_texts])))
         self.bank = PrototypeBank(labels, np.stack([vectors[text] for text in texts]),
                                   [criteria_prototypes.negated(text) for text in texts], list(texts))
+        self.bank.reader = WishReader.fit(self.bank.directions, reader_labels,
+                                          np.stack([vectors[text] for text in reader_texts]))
         return self
 
     def embed_lines(self, lines: list[str], batch_size: int = 32) -> dict[str, np.ndarray]:

@@ -1,0 +1,63 @@
+"""The wish reader (crm/wish_reader.py): a user's wish read by a classifier fitted on the training phrasings and the
+wording sets, with the real MiniLM encoder; it never fits a held-out phrasing and travels with the checkpoint."""
+
+import numpy as np
+import pytest
+
+from usl_assets.crm import criteria_prototypes, linear_crm, wish_reader
+from usl_assets.crm.backbones import resolve_backbone
+from usl_assets.crm.properties import PROPERTIES
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    backbone = resolve_backbone("minilm", tmp_path_factory.mktemp("backbones"))
+    return linear_crm.CriteriaEncoder(backbone, 128).with_training_bank()
+
+
+def strongest(encoder, text: str) -> str:
+    found = encoder.bank.read_lines([text], encoder.embed_lines)[0]
+    return encoder.bank.directions[int(np.argmax(found))] if found.max() >= 0.5 else "nothing"
+
+
+def test_the_reader_fits_the_wording_sets_and_no_held_out_phrasing():
+    labels, texts = wish_reader.fitted_on(*criteria_prototypes.bank_phrasings())
+    held = {" ".join(text.lower().split()) for prop in PROPERTIES.values() for direction in ("more", "less")
+            for pool in ("paraphrase", "new_criteria") for text in prop.phrasings(direction, pool)}
+    assert held and not held & {" ".join(text.lower().split()) for text in texts}
+    assert set(wish_reader.wordings()[1]) - set(texts) <= {t for t in wish_reader.wordings()[1]
+                                                           if " ".join(t.lower().split()) in held}
+    assert len(texts) > len(criteria_prototypes.bank_phrasings()[1]) + 500
+
+
+@pytest.mark.parametrize("text, direction", [
+    # no property word names them; the nearest training phrasings read them as another property
+    ("Keep it punchy — Hemingway, not Proust.", "sentence_length:less"),
+    ("I like it when the conclusion comes first.", "direct_answer:more"),
+])
+def test_a_wish_no_word_names_is_read_by_the_reader(encoder, text, direction):
+    assert strongest(encoder, text) == direction
+    reader, encoder.bank.reader = encoder.bank.reader, None
+    try:
+        assert strongest(encoder, text) != direction  # what the bank alone made of it
+    finally:
+        encoder.bank.reader = reader
+
+
+def test_a_line_like_no_wish_still_reads_as_nothing(encoder):
+    for text in ("asdf qwerty zxcv", "<div><span>qwz", "qwz zxv kjh"):  # not a little of every direction either
+        assert not encoder.bank.read_lines([text], encoder.embed_lines)[0].any()
+
+
+def test_words_naming_two_properties_keep_both(encoder):
+    found = dict(zip(encoder.bank.directions,
+                     encoder.bank.read_lines(["Keep it brief and use bullet points."], encoder.embed_lines)[0]))
+    assert found["length:less"] > 0.5 and found["structure:more"] > 0.5
+    assert sum(found.values()) == pytest.approx(criteria_prototypes.SCALE)
+
+
+def test_the_reader_is_saved_with_the_bank(encoder, tmp_path):
+    encoder.bank.save(tmp_path)
+    loaded = criteria_prototypes.PrototypeBank.load(tmp_path)
+    vectors = np.stack(list(encoder.embed_lines(["Less jargon.", "Keep it punchy."]).values()))
+    assert np.allclose(loaded.reader.probabilities(vectors), encoder.bank.reader.probabilities(vectors), atol=1e-4)
