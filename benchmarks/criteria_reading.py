@@ -67,14 +67,16 @@ FRESH = {
 OUTSIDE = {path.stem.removeprefix("criteria_wordings_"): path
            for path in (*(wish_reader.WORDINGS_DIR / f"{name}.yaml" for name in ("outside", "blind", "blind2", "blind3",
                                                                                 "blind4")),
-                        Path(__file__).with_name("criteria_wordings_blind5.yaml"))
+                        *(Path(__file__).with_name(f"criteria_wordings_{name}.yaml") for name in ("blind5", "blind6")))
            if path.stem.removeprefix("criteria_wordings_") in os.environ.get(
-               "USL_OUTSIDE_SETS", "outside,blind,blind2,blind3,blind4,blind5").split(",")}
+               "USL_OUTSIDE_SETS", "outside,blind,blind2,blind3,blind4,blind5,blind6").split(",")}
 STYLES = {"blind3": ("terse", "long context", "non-native", "complaint", "specification", "description",
                      "polite question", "idiom"),
           "blind4": ("complaint", "first-person complaint", "idiom", "polite request", "taste", "long context"),
           "blind5": ("rhetorical question", "first-person complaint", "complaint", "idiom", "contrast",
-                     "negation only", "conditional", "reported need")}
+                     "negation only", "conditional", "reported need"),
+          "blind6": ("complaint", "rhetorical question", "feeling", "workplace context", "analogy", "short imperative",
+                     "I wish", "mixed wish and reason")}
 MIN_READING = 0.5  # of criteria_prototypes.SCALE's 4: a weaker strongest reading is read as nothing
 
 
@@ -101,9 +103,11 @@ def main() -> None:
         table[reader] = table[f"read_as_{reader}"] == table["direction"]
     table["kind"] = np.select([table["family"] == "fresh",
                                table["family"].isin(["outside", "blind", "blind2", "blind3", "blind4"]),
-                               table["family"] == "blind5", table["family"].isin(properties.HELDOUT_FAMILIES)],
+                               table["family"] == "blind5", table["family"] == "blind6",
+                               table["family"].isin(properties.HELDOUT_FAMILIES)],
                               ["fresh (dev since run 32)", "the wish reader's wordings (fitted on since run 34)",
                                "blind5 (kept out of everything; first measured on run 33's code)",
+                               "blind6 (kept out of everything; first measured on run 34's code)",
                                "held-out families"], "train families")
     print("share read as the direction they mean (a reading under MIN_READING counts as nothing):")
     print(table.groupby("kind")[["bank", "bank+words"]].agg(["mean", "size"]).round(3).to_string())
