@@ -141,6 +141,11 @@ def test_a_line_is_read_by_its_clauses_and_what_it_dislikes(line, parts):
      "structure:more"),  # a complaint: what it says is missing is wanted
     ("The tone is way too casual, all the jokes make it feel unprofessional.", "formality:more"),
     ("My manager reads these on a small screen during her commute, so keep the reply short.", "length:less"),
+    # a rhetorical question complains about what it names, its wish words ("have to") included, "can't" once more
+    ("Why does every reply have to be so long?", "length:less"),
+    ("Why is every other word in bold?", "emphasis:less"),
+    ("Why can't you ever just show me the code?", "code:more"),
+    ("Why do you ask me so many questions instead of answering?", "questions:less"),
 ])
 def test_a_dislike_or_a_wish_after_the_user_s_situation_reads_as_what_it_means(encoder, text, direction):
     found = dict(zip(encoder.bank.directions, encoder.bank.read_lines([text], encoder.embed_lines)[0]))

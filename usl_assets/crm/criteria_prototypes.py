@@ -206,7 +206,10 @@ def _without_situation(parts: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
 
 def sides(line: str) -> list[tuple[str, bool]]:
     """The parts a line is read by: (text, wanted). A contrast gives its wanted and unwanted sides, a dislike its
-    unwanted object, a long line each clause's."""
+    unwanted object, a long line each clause's; a rhetorical "why …?" is one complaint (its contrast turned around)."""
+    if criteria_vocabulary.rhetorical(line):
+        pair = contrast(line)
+        return [(pair[0], False), (pair[1], True)] if pair else [(criteria_vocabulary.without_dislikes(line), False)]
     found = []
     complains = criteria_vocabulary.complaint(line)
     for clause in clauses(line):
