@@ -207,16 +207,15 @@ def _without_situation(parts: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
 def sides(line: str) -> list[tuple[str, bool]]:
     """The parts a line is read by: (text, wanted). A contrast gives its wanted and unwanted sides, a dislike its
     unwanted object, a long line each clause's; a rhetorical "why …?" is one complaint (its contrast turned around)."""
-    if criteria_vocabulary.rhetorical(line):
-        pair = contrast(line)
-        return [(pair[0], False), (pair[1], True)] if pair else [(criteria_vocabulary.without_dislikes(line), False)]
     found = []
-    complains = criteria_vocabulary.complaint(line)
-    for clause in clauses(line):
+    rhetorical = criteria_vocabulary.rhetorical(line)  # one clause, a complaint whatever wish words it holds
+    complains = rhetorical or criteria_vocabulary.complaint(line)
+    for clause in [line] if rhetorical else clauses(line):
         pair = contrast(clause) if CONTRAST == "sides" else None
         # A complaint's clauses (not those worded as a wish) describe what the user gets: unwanted, its contrast
         # turned around ("it guesses instead of checking with me"), its words of dislike not counted twice.
-        turned = (complains or criteria_vocabulary.complaint(clause)) and not criteria_vocabulary.is_wish(clause)
+        turned = rhetorical or ((complains or criteria_vocabulary.complaint(clause))
+                                and not criteria_vocabulary.is_wish(clause))
         unwanted = None if pair or turned else disliked(clause)
         if pair:
             found += [(pair[0], not turned), (pair[1], turned)]
@@ -334,7 +333,7 @@ class PrototypeBank:
             raise StaleCheckpoint(f"{folder} reads criteria with other prototype settings than this code: retrain it "
                                   "(`usl run`, or `make run`)")
         arrays = load_file(folder / WEIGHTS_FILE)
-        labels = shape["labels"]
-        return cls(labels, arrays["vectors"].astype(np.float64), shape["negations"], shape.get("texts"),
-                   None if shape["calibrated"] is None else frozenset(shape["calibrated"]),
-                   reader=WishReader.from_arrays(list(dict.fromkeys(labels)), arrays))
+        bank = cls(shape["labels"], arrays["vectors"].astype(np.float64), shape["negations"], shape.get("texts"),
+                   None if shape["calibrated"] is None else frozenset(shape["calibrated"]))
+        bank.reader = WishReader.from_arrays(bank.directions, arrays)
+        return bank

@@ -18,6 +18,7 @@ names none, the reader's probabilities, times how closely the line matches any w
 logistic ramp), so a line like no wish ("asdf qwerty") still reads as nothing.
 """
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ MATCH_FLOOR = 0.1
 WEIGHTS_FILE_KEYS = ("reader_coef", "reader_intercept", "reader_vectors")
 
 
+@functools.cache
 def wordings() -> tuple[list[str], list[str]]:
     """(label per wording, wording) of the sets in WORDINGS_DIR, in file order, each a YAML mapping
     "property:direction" -> wordings."""
@@ -63,7 +65,8 @@ def fitted_on(bank_labels: list[str], bank_texts: list[str]) -> tuple[list[str],
     kept_out = {key(text) for prop in PROPERTIES.values() for direction in ("more", "less")
                 for pool in ("paraphrase", "new_criteria") for text in prop.phrasings(direction, pool)}
     labels, texts, seen = [], [], set(kept_out)
-    for label, text in zip([*bank_labels, *wordings()[0]], [*bank_texts, *wordings()[1]]):
+    set_labels, set_texts = wordings()
+    for label, text in zip([*bank_labels, *set_labels], [*bank_texts, *set_texts]):
         if key(text) not in seen:
             seen.add(key(text))
             labels.append(label)
