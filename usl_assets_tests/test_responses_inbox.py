@@ -22,6 +22,7 @@ from usl_assets.responses.sensors import (
     REBUILD_LEADERBOARDS_TAG,
     defs as sensor_defs,
     inbox_intake_job,
+    intake_run_request,
     model_accepted_sensor,
     model_inbox_sensor,
 )
@@ -51,6 +52,12 @@ def tick(sensor, instance, env, cursor=None):
     definitions = dg.Definitions.merge(responses_defs, sensor_defs, dg.Definitions(resources=env))
     context = dg.build_sensor_context(instance=instance, definitions=definitions, resources=env, cursor=cursor)
     return sensor(context), context.cursor
+
+
+def inbox_requests(home: Path) -> list[dg.RunRequest]:
+    """The intake run requests of the files in the inbox now, as model_inbox_sensor asks for them."""
+    return [intake_run_request(pool, path, inbox.file_signature(pool, path)) for pool, path in
+            inbox.pending_files(home)]
 
 
 def intake(request, instance, env) -> dg.ExecuteInProcessResult:
@@ -103,6 +110,11 @@ def test_intake_accepts_quarantines_and_the_accepted_sensor_runs_only_the_new_pa
     assert "unknown pool 'chatbot_arena'" in (quarantine / "gpt-5.json.reason.txt").read_text()
     assert json.loads((home / "accepted" / "alpaca_eval" / "my-new-model.json").read_text()) == records
     assert inbox.pending_files(home) == []
+    # The same file again before model_accepted_sensor added its partition: the first run's tag stands for it.
+    drop(home, "alpaca_eval", "my-new-model.json", json.dumps(records))
+    early = intake(inbox_requests(home)[0], instance, env)
+    assert early.output_for_node("intake_inbox_file") == "same_file"
+    assert ACCEPTED_TAG not in instance.get_run_by_id(early.run_id).tags
 
     result, accepted_cursor = tick(model_accepted_sensor, instance, env)
     assert [r.partition_keys for r in result.dynamic_partitions_requests] == [["alpaca_eval:my-new-model"]]

@@ -52,12 +52,21 @@ def intake_inbox_file(context: dg.OpExecutionContext, config: IntakeConfig, usl_
     outcome = inbox.intake_file(config.pool, path, home, data_dir.root())
     log = context.log.warning if outcome.status == "quarantined" else context.log.info
     log(f"{config.pool}/{config.file_name}: {outcome.status} — {outcome.detail}")
-    known = set(context.instance.get_dynamic_partitions(model_partitions.name))
-    # The same file again is registered only if its partition is missing (a run that died after storing it).
-    if outcome.status == "accepted" or (outcome.status == "same_file" and outcome.key not in known):
+    if outcome.status == "accepted" or (outcome.status == "same_file" and not _taken(context, outcome)):
         context.instance.add_run_tags(context.run_id, {ACCEPTED_TAG: outcome.key, SHA256_TAG: outcome.sha256})
     return dg.Output(outcome.status, metadata={"status": outcome.status, "detail": outcome.detail,
                                                "partition": outcome.key or "none"})
+
+
+def _taken(context: dg.OpExecutionContext, outcome: inbox.Intake) -> bool:
+    """Whether the same file is registered already: its partition exists, or an earlier intake run accepted it
+    and model_accepted_sensor will add the partition on its next tick. Only a run that died after storing the
+    file leaves neither, and then this run registers it."""
+    if outcome.key in context.instance.get_dynamic_partitions(model_partitions.name):
+        return True
+    return bool(context.instance.get_runs(filters=dg.RunsFilter(
+        job_name=context.job_name, statuses=[dg.DagsterRunStatus.SUCCESS],
+        tags={ACCEPTED_TAG: outcome.key, SHA256_TAG: outcome.sha256}), limit=1))
 
 
 @dg.job(executor_def=dg.in_process_executor,
