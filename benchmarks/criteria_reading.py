@@ -62,24 +62,28 @@ FRESH = {
 # context), written the same day and not read by the author of run 33's rules before its first measure, on run 33
 # (dev since run 34). Since run 34 all five are what the wish reader is fitted on (crm/wish_wordings/), so their
 # shares here are fit, not test. `blind5`, a sixth helper's, 8 styles (rhetorical question, first-person complaint,
-# complaint about the assistant, idiom, contrast, negation only, conditional, reported need), stays here, out of
-# the reader's and the rules' reach: first measured on run 33's code (0.599), before the reader existed. `blind6`, a
-# seventh helper's, 8 styles (complaint, rhetorical question, feeling, workplace context, analogy, short imperative,
-# "I wish", mixed wish and reason), written after blind5's first measure and kept unread: 0.693 on run 33's code,
-# 0.760 on the reader, 0.786 with the rhetorical-question rule designed on blind5 (dev since then).
+# complaint about the assistant, idiom, contrast, negation only, conditional, reported need): first measured on run
+# 33's code (0.599), before the reader existed; `blind6`, a seventh helper's, 8 styles (complaint, rhetorical
+# question, feeling, workplace context, analogy, short imperative, "I wish", mixed wish and reason): 0.693 on run
+# 33's code, 0.760 on the reader, 0.786 with the rhetorical-question rule designed on blind5. Since run 35 both are
+# fitted on too. `blind7`, an eighth helper's, 8 styles (praise of the opposite, question to the assistant, sarcasm,
+# audience, comparison, hedged, negative rule, situation then wish), stays here, out of the reader's and the rules'
+# reach and unread: 0.807 on run 34's code, 0.823 on run 35's.
 OUTSIDE = {path.stem.removeprefix("criteria_wordings_"): path
            for path in (*(wish_reader.WORDINGS_DIR / f"{name}.yaml" for name in ("outside", "blind", "blind2", "blind3",
-                                                                                "blind4")),
-                        *(Path(__file__).with_name(f"criteria_wordings_{name}.yaml") for name in ("blind5", "blind6")))
+                                                                                "blind4", "blind5", "blind6")),
+                        Path(__file__).with_name("criteria_wordings_blind7.yaml"))
            if path.stem.removeprefix("criteria_wordings_") in os.environ.get(
-               "USL_OUTSIDE_SETS", "outside,blind,blind2,blind3,blind4,blind5,blind6").split(",")}
+               "USL_OUTSIDE_SETS", "outside,blind,blind2,blind3,blind4,blind5,blind6,blind7").split(",")}
 STYLES = {"blind3": ("terse", "long context", "non-native", "complaint", "specification", "description",
                      "polite question", "idiom"),
           "blind4": ("complaint", "first-person complaint", "idiom", "polite request", "taste", "long context"),
           "blind5": ("rhetorical question", "first-person complaint", "complaint", "idiom", "contrast",
                      "negation only", "conditional", "reported need"),
           "blind6": ("complaint", "rhetorical question", "feeling", "workplace context", "analogy", "short imperative",
-                     "I wish", "mixed wish and reason")}
+                     "I wish", "mixed wish and reason"),
+          "blind7": ("praise of the opposite", "question to the assistant", "sarcasm", "audience", "comparison",
+                     "hedged", "negative rule", "situation then wish")}
 MIN_READING = 0.5  # of criteria_prototypes.SCALE's 4: a weaker strongest reading is read as nothing
 
 
@@ -105,12 +109,11 @@ def main() -> None:
                                       for r in readings]
         table[reader] = table[f"read_as_{reader}"] == table["direction"]
     table["kind"] = np.select([table["family"] == "fresh",
-                               table["family"].isin(["outside", "blind", "blind2", "blind3", "blind4"]),
-                               table["family"] == "blind5", table["family"] == "blind6",
+                               table["family"].isin(["outside", "blind", "blind2", "blind3", "blind4", "blind5", "blind6"]),
+                               table["family"] == "blind7",
                                table["family"].isin(properties.HELDOUT_FAMILIES)],
                               ["fresh (dev since run 32)", "the wish reader's wordings (fitted on since run 34)",
-                               "blind5 (kept out of everything; first measured on run 33's code)",
-                               "blind6 (kept out of everything; first measured on run 34's code)",
+                               "blind7 (kept out of everything and unread; first measured on run 34's code)",
                                "held-out families"], "train families")
     print("share read as the direction they mean (a reading under MIN_READING counts as nothing):")
     print(table.groupby("kind")[["bank", "bank+words"]].agg(["mean", "size"]).round(3).to_string())

@@ -11,7 +11,7 @@ criteria_prototypes.EMPHASIS, which a checkpoint from run 22 on already applies 
 - for the record, the same on each response pool under the held-out families' phrasings of the trained properties
   (what leaderboard.criteria_fidelity measures at gain 1), and with `--outside` under the wordings other people
   wrote for criteria_reading.py (crm/wish_wordings/*.yaml, fitted on by the wish reader since run 34, and
-  benchmarks/criteria_wordings_blind5.yaml, kept out of everything).
+  benchmarks/criteria_wordings_blind7.yaml, kept out of everything).
 
     USL_DATA_DIR=../shared/data .venv/bin/python benchmarks/reading_gain.py [--home .usl] [--gains 1,2,3,4]
         [--pools-only] [--oracle] [--by-property] [--outside]

@@ -6,10 +6,10 @@ written one wording at a time; both missed the wordings nobody had tuned them on
 set written by a helper who saw no code was 0.67-0.79 (docs/crm.md, runs 32-33), complaints and idioms about half.
 The reader is a multinomial logistic regression over the line's sentence embedding, one class per property
 direction, fitted on the training phrasings and on every wording set written apart from them (`wish_wordings/`:
-descriptions, complaints, idioms, long first-person lines, by five helpers). It never sees the held-out families
-or the new_criteria phrasings (those that repeat one are dropped), so `criteria_paraphrase` and
-`leaderboard.criteria_fidelity` still measure wordings it did not fit; `benchmarks/criteria_reading.py` reports it
-on them and on a sixth set kept out of everything (`benchmarks/criteria_wordings_blind5.yaml`).
+descriptions, complaints, idioms, rhetorical questions, long first-person lines, by seven helpers). It never sees
+the held-out families or the new_criteria phrasings (those that repeat one are dropped), so `criteria_paraphrase`
+and `leaderboard.criteria_fidelity` still measure wordings it did not fit; `benchmarks/criteria_reading.py` reports
+it on them and on an eighth set kept out of everything (`benchmarks/criteria_wordings_blind7.yaml`).
 
 How it combines with the words (PrototypeBank.read_lines): where a wish names a property's words, the words decide
 which properties and which way, and the reader weighs the directions they name (a line whose words name two gets
