@@ -1,6 +1,7 @@
 """The linear CRM on real pairs (Auto-J human pairs and AlpacaEval judge pairs built by crm/data.py): it learns,
 it follows the criteria, its training is deterministic on a loaded machine, and its safety net fails loudly."""
 
+import json
 import subprocess
 import sys
 from dataclasses import replace
@@ -398,3 +399,19 @@ def test_under_a_wish_the_wish_decides_and_an_answer_that_misses_the_prompt_stil
     vector = scorer.embed_criteria([rubric])[0]
     np.testing.assert_array_equal(weights.score_rows(default_rows, vector),
                                   replace(weights, focus=None).score_rows(default_rows, vector))
+
+
+def test_a_checkpoint_with_a_wish_focus_this_code_does_not_know_is_refused_in_one_line(tmp_path):
+    from usl_assets.settings import StaleCheckpoint
+
+    columns = [0, 1]
+    weights = linear_weights.LinearWeights(
+        u=np.zeros(linear_rows.N_BUCKETS), v=np.ones(2), gate=np.zeros((2, 3)), feature_mean=np.zeros(2),
+        feature_std=np.ones(2), columns=columns, focus=linear_weights.WishFocus(wish_columns=1, full=4.0))
+    weights.save(tmp_path, {})
+    assert linear_weights.LinearWeights.load(tmp_path).focus == weights.focus
+    shape = json.loads((tmp_path / linear_weights.SHAPE_FILE).read_text())
+    shape["wish_focus"]["floor"] = 0.2  # written by a newer version of the rule
+    (tmp_path / linear_weights.SHAPE_FILE).write_text(json.dumps(shape))
+    with pytest.raises(StaleCheckpoint, match="wish focus this code does not know \\(floor\\)"):
+        linear_weights.LinearWeights.load(tmp_path)

@@ -19,7 +19,7 @@ benchmarks/probes_under_wishes.py and the probes' places under them), not on the
 """
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -168,8 +168,13 @@ class LinearWeights:
         if saved is not None and saved != [ROW_FEATURES[c] for c in shape["columns"]]:
             raise StaleCheckpoint(f"{folder} was trained on another feature layout ({', '.join(saved)}): retrain it "
                                   "(`usl run`, or `make run`)")
+        focus = shape.get("wish_focus")
+        unknown = sorted(set(focus or {}) - {field.name for field in fields(WishFocus)})
+        if unknown:
+            raise StaleCheckpoint(f"{folder} was trained with a wish focus this code does not know ({', '.join(unknown)}):"
+                                  " retrain it (`usl run`, or `make run`)")
         return cls(**{k: v.astype(np.float64) for k, v in tensors.items()}, columns=shape["columns"],
                    beta=shape["beta"], graded=None, graded_folder=folder,
                    supported_view=shape.get("supported_view", False),
                    common=frozenset(shape.get("common_stems", ())),
-                   focus=WishFocus(**shape["wish_focus"]) if shape.get("wish_focus") else None)
+                   focus=WishFocus(**focus) if focus else None)
