@@ -146,6 +146,15 @@ def test_a_line_is_read_by_its_clauses_and_what_it_dislikes(line, parts):
     ("Why is every other word in bold?", "emphasis:less"),
     ("Why can't you ever just show me the code?", "code:more"),
     ("Why do you ask me so many questions instead of answering?", "questions:less"),
+    # run 35: other rhetorical questions, a question asked with a negation, "when you could …", what the
+    # assistant's answers are or do, what nobody asked for, and "fed up with"
+    ("Is it really necessary to bold every other phrase?", "emphasis:less"),
+    ("Who needs five bullet points for a one-line answer?", "structure:less"),
+    ("Can't you show me a worked example?", "examples:more"),
+    ("Why write paragraphs of explanation when you could just show me the command?", "code:more"),
+    ("Your replies are crammed with statistics.", "numbers:less"),
+    ("Your answers pile example on example that nobody asked for.", "examples:less"),
+    ("I'm fed up with being asked follow-up questions.", "questions:less"),
 ])
 def test_a_dislike_or_a_wish_after_the_user_s_situation_reads_as_what_it_means(encoder, text, direction):
     found = dict(zip(encoder.bank.directions, encoder.bank.read_lines([text], encoder.embed_lines)[0]))

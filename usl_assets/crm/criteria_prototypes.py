@@ -212,6 +212,8 @@ def sides(line: str) -> list[tuple[str, bool]]:
     complains = rhetorical or criteria_vocabulary.complaint(line)
     for clause in [line] if rhetorical else clauses(line):
         pair = contrast(clause) if CONTRAST == "sides" else None
+        if rhetorical and pair is None and (could := criteria_vocabulary.COULD_INSTEAD.search(clause)):
+            pair = (clause[:could.start()], clause[could.end():])  # "why X when you could Y?": turned, Y is wanted
         # A complaint's clauses (not those worded as a wish) describe what the user gets: unwanted, its contrast
         # turned around ("it guesses instead of checking with me"), its words of dislike not counted twice.
         turned = rhetorical or ((complains or criteria_vocabulary.complaint(clause))

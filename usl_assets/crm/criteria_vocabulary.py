@@ -127,7 +127,7 @@ _COMPILED = [(name, direction, re.compile(pattern, re.IGNORECASE)) for name, dir
 # A negation turns the next term of its clause around: "no bullets", "without code", "don't be brief", "skip the
 # examples", "avoid jargon-heavy lists", "zero questions", "keep numbers out".
 _NEGATOR = re.compile(
-    r"\b(?:no|not|never|without|avoid(?:s|ing)?|skip(?:s|ping)?|stop|drop(?:s|ping)?|ditch|spare me|nothing|none|zero|"
+    r"\b(?:no|not|never|without|avoid(?:s|ed|ing)?|skip(?:s|ped|ping)?|stop|drop(?:s|ped|ping)?|ditch|spare me|nothing|none|zero|"
     r"less|fewer|minimi[sz]e|lose|cut out|get rid of|free of|instead of|rather than|enough with|nix|"
     r"hold the|leav(?:e|es|ing) out|keep out|lack(?:s|ing)?|skimp(?:ing)? on)\b|n't\b|\bdont\b", re.IGNORECASE)
 # A limit is no negation ("no more than 50 words"); a zero count is one wherever it stands ("0 headings", "bold 0
@@ -155,7 +155,9 @@ _DISLIKED = re.compile(
     r"\b(?:mess(?:y)?|curt|cold|abrupt|tiring|tedious|annoying|annoy(?:s|ed)?|distract(?:s|ing|ed)?|confus(?:e|es|ing|ed)|"
     r"overwhelm(?:s|ing|ed)?|exhausting|boring|bores? me|glaze over|tune out|shout(?:s|ing|ed)?|robotic|brutal|"
     r"unprofessional|inappropriate|clutter(?:s|ed)?|noisy|hard (?:for me )?to|hard (?:for|on) my \w+|hate|dislike|can't stand|drives? me|waste|painful|irritat\w*|"
-    r"off-putting|pointless|useless|too many|too much|overkill|unnecessary|unneeded)\b", re.IGNORECASE)
+    r"off-putting|pointless|useless|too many|too much|overkill|unnecessary|unneeded|crammed|littered|peppered|"
+    r"padded with|stuffed with|(?:nobody|no one) (?:asked|wants|needs)|I (?:didn't|did not|never) (?:need|want|ask(?:ed)? for))\b",
+    re.IGNORECASE)
 
 
 # A clause worded as a wish rather than as the user's situation: a request, a preference, a rule, an imperative.
@@ -186,13 +188,15 @@ _OUTPUT = (r"(?:(?:right now|currently|these days|lately),? )?(?:(?:half|most|mu
            r"replies|responses)")
 COMPLAINT = re.compile(
     r"^\W*(?:(?:it'?s|it is) (?:so )?(?:frustrating|annoying|irritating|tiring) when|it (?:bugs|annoys|bothers|irritates|"
-    r"frustrates) me when|I (?:keep|always) (?:getting|get|receiving)|I(?:'m| am) (?:tired|sick) of|"
+    r"frustrates) me when|I (?:keep|always) (?:getting|get|receiving)|I(?:'m| am) (?:tired|sick|exhausted|fed up|weary) (?:of|by|with)|"
     r"I (?:ask|asked)\b[^,;.]*\b(?:and|but) (?:get|got)\b)"
     r"|^\W*every (?:answer|reply|response|explanation)(?: I get)?\s+\w+s\b|^\W*(?:all )?I (?:get|receive)\b(?! (?:anxious|lost|confused|bored|tired|overwhelmed|frustrated|annoyed|"
     r"distracted|nervous|stressed|impatient))|^\W*I (?:have|had) to (?:dig|wade|scroll|search|hunt|sift|read|scan|"
     r"skip|get through|go through)\b|^\W*(?:half|most|much|all|some|part) of (?:every|each|the|your|my) "
     rf"(?:answer|reply|response|explanation)s?\b|^\W*{_OUTPUT}(?:'s| is| are) (?:all|the same|just)\b"
     r"|^\W*you\s+(?!should|must|could|can|would|will|need|have|might|may|are\b|were\b)[a-z]+\b"
+    r"|^\W*(?:your|these) (?:answers?|repl(?:y|ies)|responses?|sentences|explanations?)\s+(?!should|must|could|can|would|"
+    r"will|need|have to|might|may)[a-z]+\b|^\W*the (?:answers|replies|responses) (?:are|is)\b"
     rf"|^\W*{_OUTPUT}\s+(?:[\w']+\s+){{0,3}}?(?:always|constantly|usually|keeps?|never|just|still|(?:way |far )?too|"
     r"so \w+|stays?|comes?(?: back)? (?:as|in|with)|gets? (?:broken|chopped|split)|(?:is|are) (?:written|chopped|"
     r"broken|split|full of|stuffed)|(?:is|'s|are) (?:all|the same)|gets? (?:padded|stuffed|filled|cluttered|buried)|"
@@ -204,15 +208,29 @@ COMPLAINT = re.compile(
 # show the code?"): a complaint about what it names, whatever wish words it holds ("have to", "must" belong to the
 # complaint), its negations turning once more ("can't … show the code" asks for code). Run 34, designed on blind5's
 # first style (read 0.33 before).
-RHETORICAL = re.compile(r"^\W*why\b[^?]*\?\s*$", re.IGNORECASE)
+RHETORICAL = re.compile(r"^\W*(?:why|who (?:needs|wants|asked for)|is it (?:really |truly )?(?:necessary|needed)|"
+                        r"do (?:you|we|I) (?:really|honestly) (?:need|have)|does (?:every|each) \w+ (?:really )?(?:need|have))"
+                        r"\b[^?]*\?\s*$", re.IGNORECASE)
+# A question that asks with a negation ("Can't you show me a concrete instance?", "Couldn't you split it up?") asks
+# for what it names: the negation is politeness, read as "please".
+ASKING = re.compile(r"^\W*(?:can't|cannot|couldn't|won't|wouldn't) you\b", re.IGNORECASE)
 
 
 def rhetorical(text: str) -> bool:
     return bool(RHETORICAL.match(text))
 
 
+# "Why X when you could just Y?": Y is what the question asks for.
+COULD_INSTEAD = re.compile(r"\s+when (?:you|it) (?:could|can)\s+(?:just\s+|simply\s+)?", re.IGNORECASE)
+
+
+def asking(text: str) -> str:
+    """The text with a negated question's opening ("Can't you …?") read as "please …?"."""
+    return ASKING.sub("please", text)
+
+
 def is_wish(text: str) -> bool:
-    return bool(WISH.search(text))
+    return bool(WISH.search(text) or ASKING.match(text))
 
 
 def complaint(text: str) -> bool:
@@ -275,7 +293,7 @@ def read(text: str) -> dict[str, float]:
     more times that direction is named than the other); {} when it names none. A property named both ways (a limit
     and its reason) counts the direction named more often, none on a tie."""
     votes: dict[str, dict[str, int]] = {}
-    text = _QUOTED_STOP.sub(" ", _MARKUP.sub(" ", text))
+    text = _QUOTED_STOP.sub(" ", _MARKUP.sub(" ", asking(text)))
     for start, end, name, direction in _mentions(text):
         way = _FLIP[direction] if _negated_at(text, start, end) else direction
         votes.setdefault(name, {"more": 0, "less": 0})[way] += 1
@@ -287,4 +305,4 @@ def read(text: str) -> dict[str, float]:
 # In the checkpoint id (criteria_prototypes.SETTINGS): a change of any rule above retrains, nothing else does.
 VERSION = hashlib.sha256(repr([TERMS, *(pattern.pattern for pattern in (
     _NEGATOR, _LIMIT, _UNABLE_AFTER, _ZERO, _FREE, _QUOTED_STOP, _CLAUSE_BREAK, _LIST_ITEM, _DISLIKED, _MARKUP, WISH, COMPLAINT,
-    RHETORICAL))]).encode()).hexdigest()[:12]
+    RHETORICAL, ASKING, COULD_INSTEAD))]).encode()).hexdigest()[:12]
