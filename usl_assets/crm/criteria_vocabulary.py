@@ -205,23 +205,21 @@ COMPLAINT = re.compile(
 
 
 # A rhetorical question at the assistant ("Why does every answer have to ramble on for pages?", "Why can't you just
-# show the code?"): a complaint about what it names, whatever wish words it holds ("have to", "must" belong to the
-# complaint), its negations turning once more ("can't … show the code" asks for code). Run 34, designed on blind5's
-# first style (read 0.33 before).
+# show the code?", "Is it really necessary to …?", "Who needs …?"): a complaint about what it names, whatever wish
+# words it holds ("have to", "must" belong to the complaint), its negations turning once more ("can't … show the
+# code" asks for code). Run 34 ("why", designed on blind5's first style, read 0.33 before); run 35 the others.
 RHETORICAL = re.compile(r"^\W*(?:why|who (?:needs|wants|asked for)|is it (?:really |truly )?(?:necessary|needed)|"
                         r"do (?:you|we|I) (?:really|honestly) (?:need|have)|does (?:every|each) \w+ (?:really )?(?:need|have))"
                         r"\b[^?]*\?\s*$", re.IGNORECASE)
+# "Why X when you could just Y?": Y is what the question asks for (criteria_prototypes.sides).
+COULD_INSTEAD = re.compile(r"\s+when (?:you|it) (?:could|can)\s+(?:just\s+|simply\s+)?", re.IGNORECASE)
 # A question that asks with a negation ("Can't you show me a concrete instance?", "Couldn't you split it up?") asks
-# for what it names: the negation is politeness, read as "please".
+# for what it names: the negation is politeness, read as "please" (`asking`).
 ASKING = re.compile(r"^\W*(?:can't|cannot|couldn't|won't|wouldn't) you\b", re.IGNORECASE)
 
 
 def rhetorical(text: str) -> bool:
     return bool(RHETORICAL.match(text))
-
-
-# "Why X when you could just Y?": Y is what the question asks for.
-COULD_INSTEAD = re.compile(r"\s+when (?:you|it) (?:could|can)\s+(?:just\s+|simply\s+)?", re.IGNORECASE)
 
 
 def asking(text: str) -> str:
@@ -230,7 +228,7 @@ def asking(text: str) -> str:
 
 
 def is_wish(text: str) -> bool:
-    return bool(WISH.search(text) or ASKING.match(text))
+    return bool(WISH.search(asking(text)))
 
 
 def complaint(text: str) -> bool:
