@@ -88,7 +88,8 @@ def test_a_user_s_wish_is_read_with_emphasis_and_the_training_rows_criteria_at_t
     assert np.allclose(scoring.embed([(wish,)])[:, :dim], encoder.embed([(wish,)])[:, :dim])  # the embedding as is
     # the rubric line "…complete." is read by its nearest phrasings, never by the word "complete" (length:more)
     by_words = encoder.embed([(rubric,)])[0, dim:]
-    assert by_words[n + encoder.bank.directions.index("length:more")] == criteria_prototypes.SCALE  # no calibration
+    no_calibration = by_words[n + encoder.bank.directions.index("length:more")]
+    assert no_calibration == pytest.approx(criteria_prototypes.SCALE)
     assert training[1][encoder.bank.directions.index("length:more")] < criteria_prototypes.SCALE / 2
 
 
@@ -165,6 +166,7 @@ def test_a_wish_is_read_by_the_property_words_it_names_and_its_wish_clause_over_
     line = "My manager never reads code in emails, so please explain it in plain words, without any code at all."
     reading = encoder.bank.read_lines([line], encoder.embed_lines)[0]
     assert encoder.bank.directions[int(reading.argmax())] == "code:less"
-    assert reading.max() == criteria_prototypes.SCALE
+    assert reading.max() == pytest.approx(criteria_prototypes.SCALE)
     unnamed = encoder.bank.read_lines(["Explain it to me like I'm five."], encoder.embed_lines)[0]
     assert unnamed.max() < criteria_prototypes.SCALE  # no property word: the nearest phrasings' soft reading
+

@@ -1,0 +1,85 @@
+"""Criteria fidelity on the dev wordings: leaderboard.criteria_fidelity's measure (fidelity.py: per phrasing and
+pool, Spearman between the custom leaderboard under that one criterion and the property measured on the models'
+answers) over wordings the CRM may be tuned on, so a setting can be chosen without the held-out families that
+`make run` measures: the train families of crm/property_phrasings.yaml and the seven wording sets the wish reader
+is fitted on (crm/wish_wordings/), 1,364 phrasings of the trained properties per pool. Prints per pool and per set
+what the asset's metadata shows (fidelity.fidelity_summary): the phrasings, median and minimum Spearman, how many
+fall below 0.5, and the length, perfect-reader and decisive baselines.
+
+    USL_DATA_DIR=../shared/data .venv/bin/python benchmarks/criteria_fidelity_dev.py [--home .usl]
+
+Needs a `make run` warehouse (read only: the cached response rows of its default checkpoint); about 5 minutes on 2
+cores.
+"""
+
+import argparse
+import os
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import yaml
+
+from usl_assets.crm import properties, wish_reader
+from usl_assets.leaderboards import audits, fidelity
+from usl_assets.leaderboards.audit_assets import SAMPLED_ANSWERS
+from usl_assets.responses.pools import content_hash
+from usl_assets.scoring import score
+from usl_assets.scoring.cache import cached_embeddings
+
+
+def dev_phrasings() -> list[tuple[str, str, str, str]]:
+    """(property, direction, set, text): the train families' phrasings, then each fitted wording set's."""
+    found = [(name, direction, "train families", text)
+             for name, prop in properties.PROPERTIES.items() for direction in ("more", "less")
+             for family, texts in prop.family_phrasings(direction).items() if family in properties.TRAIN_FAMILIES
+             for text in texts]
+    for path in sorted(wish_reader.WORDINGS_DIR.glob("*.yaml")):
+        for label, texts in yaml.safe_load(path.read_text(encoding="utf-8")).items():
+            name, direction = label.split(":")
+            found += [(name, direction, path.stem, text) for text in texts]
+    return found
+
+
+def pool_inputs(conn: duckdb.DuckDBPyConnection, checkpoint_id: str):
+    """Per audited pool: (its ranked models' sampled answers, its reference model, the cached response rows)."""
+    rankings = conn.sql("SELECT * FROM leaderboard.rankings WHERE profile = 'default' AND scenario = 'all' "
+                        "AND method = 'usl_soft'").df()
+    references = conn.sql("SELECT pool, reference_model FROM leaderboard.reference_models "
+                          "WHERE reference_present ORDER BY pool").fetchall()
+    for pool, reference in references:
+        answers = conn.execute(SAMPLED_ANSWERS, [pool]).df()
+        answers = answers[answers["model"].isin(audits.default_standing(rankings, pool)["model"])]
+        answers = answers.reset_index(drop=True)
+        hashes = [content_hash(p, r) for p, r in zip(answers["prompt"], answers["response"])]
+        yield pool, answers, reference, cached_embeddings(conn, checkpoint_id, hashes)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--home", default=os.environ.get("USL_HOME", ".usl"))
+    args = parser.parse_args()
+    home = Path(args.home)
+    scorer = score.load_scorer(home, "")
+    conn = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True)
+    calibration = conn.sql("SELECT * FROM crm.calibration").df()
+    temperature = float(calibration.loc[calibration["checkpoint_id"] == scorer.checkpoint_id, "temperature"].iloc[0])
+    trained = set(conn.sql("SELECT DISTINCT property FROM crm.training_pairs WHERE split = 'train' "
+                           "AND property IS NOT NULL").df()["property"])
+    phrasings = dev_phrasings()
+    parts = []
+    for pool, answers, reference, cached in pool_inputs(conn, scorer.checkpoint_id):
+        print(f"{pool}: {len(answers):,} answers of {answers['model'].nunique()} models under {len(phrasings):,} "
+              "dev phrasings", flush=True)
+        parts.append(fidelity.fidelity_pool(pool, answers, reference, phrasings, properties.property_value, scorer,
+                                            cached, temperature, trained=trained))
+    table = pd.concat(parts, ignore_index=True)
+    table = table[table["trained"]]
+    print(f"checkpoint {scorer.checkpoint_id}")
+    with pd.option_context("display.width", 250):
+        for by in ("pool", ["pool", "family"]):  # "family": the train families, or the wording set
+            print(fidelity.fidelity_summary(table, by).round(3).to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()
