@@ -22,7 +22,6 @@ import yaml
 
 from usl_assets.crm import properties, wish_reader
 from usl_assets.leaderboards import audits, fidelity
-from usl_assets.leaderboards.audit_assets import SAMPLED_ANSWERS
 from usl_assets.responses.pools import content_hash
 from usl_assets.scoring import score
 from usl_assets.scoring.cache import cached_embeddings
@@ -31,9 +30,7 @@ from usl_assets.scoring.cache import cached_embeddings
 def dev_phrasings() -> list[tuple[str, str, str, str]]:
     """(property, direction, set, text): the train families' phrasings, then each fitted wording set's."""
     found = [(name, direction, "train families", text)
-             for name, prop in properties.PROPERTIES.items() for direction in ("more", "less")
-             for family, texts in prop.family_phrasings(direction).items() if family in properties.TRAIN_FAMILIES
-             for text in texts]
+             for name, direction, _, text in properties.heldout_phrasings(families=properties.TRAIN_FAMILIES)]
     for path in sorted(wish_reader.WORDINGS_DIR.glob("*.yaml")):
         for label, texts in yaml.safe_load(path.read_text(encoding="utf-8")).items():
             name, direction = label.split(":")
@@ -48,9 +45,7 @@ def pool_inputs(conn: duckdb.DuckDBPyConnection, checkpoint_id: str):
     references = conn.sql("SELECT pool, reference_model FROM leaderboard.reference_models "
                           "WHERE reference_present ORDER BY pool").fetchall()
     for pool, reference in references:
-        answers = conn.execute(SAMPLED_ANSWERS, [pool]).df()
-        answers = answers[answers["model"].isin(audits.default_standing(rankings, pool)["model"])]
-        answers = answers.reset_index(drop=True)
+        answers = audits.ranked_answers(lambda sql, params: conn.execute(sql, params).df(), rankings, pool)
         hashes = [content_hash(p, r) for p, r in zip(answers["prompt"], answers["response"])]
         yield pool, answers, reference, cached_embeddings(conn, checkpoint_id, hashes)
 
@@ -64,8 +59,7 @@ def main() -> None:
     conn = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True)
     calibration = conn.sql("SELECT * FROM crm.calibration").df()
     temperature = float(calibration.loc[calibration["checkpoint_id"] == scorer.checkpoint_id, "temperature"].iloc[0])
-    trained = set(conn.sql("SELECT DISTINCT property FROM crm.training_pairs WHERE split = 'train' "
-                           "AND property IS NOT NULL").df()["property"])
+    trained = set(conn.sql(fidelity.TRAINED_PROPERTIES).df()["property"])
     phrasings = dev_phrasings()
     parts = []
     for pool, answers, reference, cached in pool_inputs(conn, scorer.checkpoint_id):

@@ -33,7 +33,7 @@ from usl_assets.crm.checkpoints import default_checkpoint
 from usl_assets.crm.checkpoints import load_scorer
 from usl_assets.crm.splits import PairsConfig
 from usl_assets.leaderboards import fidelity as fidelity_audit
-from usl_assets.leaderboards.audit_assets import SAMPLED_ANSWERS
+from usl_assets.leaderboards.audits import SAMPLED_ANSWERS
 
 from criteria_reading import OUTSIDE
 from judging_substance import DEV_PROMPTS, DEV_REFERENCE, dev_pool

@@ -38,6 +38,13 @@ def backbone(tmp_path_factory):
     return resolve_backbone("minilm", tmp_path_factory.mktemp("backbones"))
 
 
+@pytest.fixture(scope="module")
+def fitted(table, backbone, tmp_path_factory):
+    """The linear CRM of config() on the table's train rows, fitted once for the tests that only read it."""
+    return train_crm(table[table["split"] == "train"], backbone, config(), tmp_path_factory.mktemp("crm"),
+                     log=lambda _: None)
+
+
 def config(**changes) -> TrainConfig:
     return TrainConfig(**{"architecture": "linear", "max_steps": 60, **changes})
 
@@ -48,22 +55,20 @@ def burn_cpu(seconds: float) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(2)]
 
 
-def test_linear_crm_learns_from_human_and_judge_pairs(table, backbone, tmp_path):
+def test_linear_crm_learns_from_human_and_judge_pairs(table, fitted):
     train = table[table["split"] == "train"]
     assert set(train["label_kind"]) == {"human", "ai_judge", "gaming"}
-    result = train_crm(train, backbone, config(), tmp_path / "crm", log=lambda _: None)
-    scorer = load_scorer(result.checkpoint_dir)
+    scorer = load_scorer(fitted.checkpoint_dir)
     chosen, rejected = evaluate.pair_rewards(train, scorer)
     assert (chosen > rejected).mean() > 0.8  # it fits what it saw
-    assert result.steps <= 60 and (result.checkpoint_dir / "length_only" / "linear.safetensors").exists()
+    assert fitted.steps <= 60 and (fitted.checkpoint_dir / "length_only" / "linear.safetensors").exists()
     reversed_pairs = table[table["split"] == "criteria_reversed"]
     chosen, rejected = evaluate.pair_rewards(reversed_pairs, scorer)
     assert (chosen > rejected).mean() > 0.7  # unseen pairs, criteria that pick a side
 
 
-def test_flipping_the_criteria_flips_the_preference_between_a_short_and_a_long_answer(table, backbone, tmp_path):
-    result = train_crm(table[table["split"] == "train"], backbone, config(), tmp_path / "crm", log=lambda _: None)
-    scorer = load_scorer(result.checkpoint_dir)
+def test_flipping_the_criteria_flips_the_preference_between_a_short_and_a_long_answer(fitted):
+    scorer = load_scorer(fitted.checkpoint_dir)
     prompt = "Explain what a hash table is."
     short = "A hash table maps keys to values by hashing each key to a bucket."
     # Every added sentence is about the prompt's hash table and says something new: a sentence tied to nothing in
@@ -80,12 +85,11 @@ def test_flipping_the_criteria_flips_the_preference_between_a_short_and_a_long_a
     assert rewards[0] > rewards[1] and rewards[3] > rewards[2]
 
 
-def test_the_degeneration_features_reach_the_reward(table, backbone, tmp_path):
+def test_the_degeneration_features_reach_the_reward(fitted):
     """The same answer under a prompt it copies and under one it does not differs only in the features read with
     the prompt (prompt_copy_share, prompt_terms_missed): the reward must move with them, and a looped answer's
     cached row must show its loop."""
-    result = train_crm(table[table["split"] == "train"], backbone, config(), tmp_path / "crm", log=lambda _: None)
-    scorer = load_scorer(result.checkpoint_dir)
+    scorer = load_scorer(fitted.checkpoint_dir)
     answer = "The ice cream shop is a small, quaint shop located in the heart of the historic district."
     copied, fresh = f"Give this brand a motto. {answer}", "Give this ice cream brand a motto."
     rewards = scorer.score([ScoreItem(copied, answer, BRIEF), ScoreItem(fresh, answer, BRIEF)])
@@ -173,13 +177,12 @@ def test_the_linear_fit_settings_are_part_of_the_checkpoint_id(backbone, monkeyp
     assert len({before, changed_fit, changed_tau}) == 3
 
 
-def test_an_answer_moved_to_another_prompt_loses_to_the_real_one(table, backbone, tmp_path):
+def test_an_answer_moved_to_another_prompt_loses_to_the_real_one(table, fitted):
     """The gaming rows and the prompt-fit features reach the reward: on test prompts the CRM never saw, a real
     answer beats another prompt's answer (crm/gaming.py's off-topic trick) under the same criteria."""
     from usl_assets.crm import gaming
 
-    result = train_crm(table[table["split"] == "train"], backbone, config(), tmp_path / "crm", log=lambda _: None)
-    scorer = load_scorer(result.checkpoint_dir)
+    scorer = load_scorer(fitted.checkpoint_dir)
     held = table[(table["split"] == "human_heldout") & (table["augmentation"] == "original")]  # 45 pairs
     moved = gaming.shifted(list(held["prompt"]), 0)
     items = [ScoreItem(p, a, tuple(c)) for p, a, c in zip(held["prompt"], held["chosen"], held["criteria"])]
@@ -366,14 +369,13 @@ def test_padding_earns_no_measured_structure_on_the_view():
         assert column[f"measured_view_{name}"][1] == column[f"measured_view_{name}"][0], name
 
 
-def test_under_a_wish_the_wish_decides_and_an_answer_that_misses_the_prompt_still_loses(table, backbone, tmp_path):
+def test_under_a_wish_the_wish_decides_and_an_answer_that_misses_the_prompt_still_loses(table, fitted):
     """linear_weights.WishFocus: under a wish read at full strength, the rest of the reward steps aside, so two real
     answers that tie in what the wish asks for tie in reward and the one with more of it wins; an answer given to
     another prompt still loses to the real one (the substance floor); criteria with no wish score as without it."""
     from usl_assets.crm import gaming
 
-    result = train_crm(table[table["split"] == "train"], backbone, config(), tmp_path / "crm", log=lambda _: None)
-    scorer = load_scorer(result.checkpoint_dir)
+    scorer = load_scorer(fitted.checkpoint_dir)
     weights = scorer.weights
     wish, rubric = ("Put the key terms in bold.",), tuple(table.loc[table["split"] == "train", "criteria"].iloc[0])
     assert weights.wish_strength(scorer.embed_criteria([wish])[0]) == pytest.approx(1.0)
@@ -399,6 +401,16 @@ def test_under_a_wish_the_wish_decides_and_an_answer_that_misses_the_prompt_stil
     vector = scorer.embed_criteria([rubric])[0]
     np.testing.assert_array_equal(weights.score_rows(default_rows, vector),
                                   replace(weights, focus=None).score_rows(default_rows, vector))
+    # a wish read wholly as a direction no training row names (a held-out property) takes no place from the rest
+    directions = scorer.encoder.bank.directions
+    untrained = {directions[i] for i in weights.focus.untrained}
+    assert {"sentence_length:less", "numbers:more"} <= untrained
+    assert not untrained & linear_weights.trained_directions(table[table["split"] == "train"])
+    for direction, strength in (("sentence_length:less", 0.0), ("length:less", 1.0)):
+        full = np.zeros(weights.gate.shape[1])
+        full[len(full) - weights.focus.wish_columns + directions.index(direction)] = weights.focus.full
+        assert weights.wish_strength(full) == strength
+        assert weights.focus.unlearned(full, directions) == ([direction] if strength == 0 else [])
 
 
 def test_a_checkpoint_with_a_wish_focus_this_code_does_not_know_is_refused_in_one_line(tmp_path):
@@ -407,7 +419,8 @@ def test_a_checkpoint_with_a_wish_focus_this_code_does_not_know_is_refused_in_on
     columns = [0, 1]
     weights = linear_weights.LinearWeights(
         u=np.zeros(linear_rows.N_BUCKETS), v=np.ones(2), gate=np.zeros((2, 3)), feature_mean=np.zeros(2),
-        feature_std=np.ones(2), columns=columns, focus=linear_weights.WishFocus(wish_columns=1, full=4.0))
+        feature_std=np.ones(2), columns=columns,
+        focus=linear_weights.WishFocus(wish_columns=2, full=4.0, untrained=(1,)))
     weights.save(tmp_path, {})
     assert linear_weights.LinearWeights.load(tmp_path).focus == weights.focus
     shape = json.loads((tmp_path / linear_weights.SHAPE_FILE).read_text())

@@ -133,6 +133,19 @@ def test_keyboard_mashing_is_read_as_almost_nothing(trained):
     assert found.distinctness[MASHED] < reading.NOTHING_RMS < brief.distinctness[BRIEF]
 
 
+def test_a_wish_for_a_property_no_training_row_names_is_warned_about_and_leaves_the_reward_its_place(trained):
+    """sentence_length is held out of training (splits.heldout_properties): a wish read as it is said to follow the
+    rest of the CRM's judgment, which keeps its whole place; a wish for a trained property takes it."""
+    unlearned, brief = "Keep every sentence short.", "Be brief."
+    found = reading.read_criteria(trained, [unlearned])
+    assert found.warnings == [f"criterion '{unlearned}' is read as a wish for sentence_length:less, which this CRM "
+                              "has no training rows for: the ranking follows the rest of its judgment, not that "
+                              "property"]
+    assert found.rest_share == pytest.approx(1.0)
+    trained_wish = reading.read_criteria(trained, [brief])
+    assert not trained_wish.warnings and trained_wish.rest_share < 0.1
+
+
 def test_criteria_pulling_length_both_ways_are_a_conflict(trained):
     found = reading.read_criteria(trained, [BRIEF, THOROUGH])
     assert found.criteria == [BRIEF, THOROUGH]

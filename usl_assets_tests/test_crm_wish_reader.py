@@ -46,6 +46,19 @@ def test_a_wish_no_word_names_is_read_by_the_reader(encoder, text, direction):
         encoder.bank.reader = reader
 
 
+def test_the_reader_s_side_readings_are_dropped_and_the_line_s_total_kept(encoder):
+    """criteria_prototypes.READER_SIDE_SHARE: a reader's belief spread over directions is doubt, not a second wish."""
+    text = "Keep it punchy — Hemingway, not Proust."
+    found = encoder.bank.read_lines([text], encoder.embed_lines)[0]
+    vector = np.stack(list(encoder.embed_lines([text]).values()))
+    reader = encoder.bank.reader
+    belief = criteria_prototypes.SCALE * reader.probabilities(vector)[0] * reader.match(vector)[0]
+    main = belief >= criteria_prototypes.READER_SIDE_SHARE * belief.max()
+    assert 0 < main.sum() < (belief > 0).sum()
+    assert (found[~main] == 0).all() and (found[main] > belief[main]).all()
+    assert found.sum() == pytest.approx(belief.sum())
+
+
 def test_a_line_like_no_wish_still_reads_as_nothing(encoder):
     for text in ("asdf qwerty zxcv", "<div><span>qwz", "qwz zxv kjh"):  # not a little of every direction either
         assert not encoder.bank.read_lines([text], encoder.embed_lines)[0].any()

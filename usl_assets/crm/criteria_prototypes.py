@@ -104,11 +104,16 @@ VOCABULARY = True
 # its own, so a user's wish may move the property as measured while a rubric moves what the labelled pairs paid
 # for (LinearConfig.reading_gate "wish_measured"; docs/crm.md run 25).
 WISH = "wish "
+# A wish no property word names is read by the wish reader's belief over every direction; where it spreads, the
+# spread is doubt, not a second wish, and a weak side reading of a property that differs between every two answers
+# (length) outvoted the one meant. Directions read under this share of the strongest are dropped, the line's total
+# kept. Chosen on the dev wordings' fidelity (benchmarks/criteria_fidelity_dev.py; docs/crm.md runs 36 and 37).
+READER_SIDE_SHARE = 0.5
 SETTINGS = {"emphasis": EMPHASIS, "halves": WISH, "vocabulary": VOCABULARY and criteria_vocabulary.VERSION,
             "wish_reader": wish_reader.VERSION, "contrast": CONTRAST, "long_line_words": LONG_LINE_WORDS, "clauses": "first_person", "dislike": True, "complaint": True,
             "top_k": TOP_K, "scale": SCALE, "profile_reading": PROFILE_READING, "negation_penalty": NEGATION_PENALTY,
             "temperature": TEMPERATURE,
-            "match_center": MATCH_CENTER, "match_width": MATCH_WIDTH}
+            "match_center": MATCH_CENTER, "match_width": MATCH_WIDTH, "reader_side_share": READER_SIDE_SHARE}
 
 
 def bank_phrasings() -> tuple[list[str], list[str]]:
@@ -230,6 +235,12 @@ def sides(line: str) -> list[tuple[str, bool]]:
     return found
 
 
+def main_directions(reading: np.ndarray, share: float) -> np.ndarray:
+    """`reading` without the directions under `share` times its strongest, rescaled to the same total."""
+    kept = np.where(reading >= share * reading.max(), reading, 0.0)
+    return kept * (reading.sum() / kept.sum()) if kept.sum() > 0 else reading
+
+
 @dataclass
 class PrototypeBank:
     labels: list[str]  # per phrasing: "property:direction"
@@ -263,8 +274,8 @@ class PrototypeBank:
     def read_lines(self, lines: list[str], embed) -> np.ndarray:
         """Per criterion line, its reading: per direction, the strongest of its parts' (`sides`); an unwanted part
         counts for the opposite direction. A wish (a line outside `calibrated`) is read by the property words it
-        names (crm/criteria_vocabulary.py) where it names any, by its nearest training phrasings where it names
-        none; a calibrated line (a scenario rubric's) always by its nearest phrasings. embed: texts ->
+        names (crm/criteria_vocabulary.py) where it names any, by the wish reader's main directions
+        (READER_SIDE_SHARE) where it names none; a calibrated line (a scenario rubric's) always by its nearest phrasings. embed: texts ->
         {text: L2-normalized vector}."""
         parts = {line: sides(line) for line in lines}
         vectors = embed(list(dict.fromkeys([*lines, *(text for line in lines for text, _ in parts[line])])))
@@ -282,7 +293,8 @@ class PrototypeBank:
                 continue
             if reader is not None:
                 line_vector = vectors[line][None, :]
-                rows.append(SCALE * reader.probabilities(line_vector)[0] * reader.match(line_vector)[0])
+                read = SCALE * reader.probabilities(line_vector)[0] * reader.match(line_vector)[0]
+                rows.append(main_directions(read, READER_SIDE_SHARE))
                 continue
             rows.append(np.max([self.read(vectors[text][None, :], [text])[0] if wanted
                                 else self.read(vectors[text][None, :], [text], polarity=False)[0][flipped]

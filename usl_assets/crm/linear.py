@@ -42,7 +42,7 @@ from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES
 from usl_assets.crm.gaming_pairs import LABEL_KIND as GAMING_LABEL
 from usl_assets.crm.graded_answers import GradedAnswers
 from usl_assets.crm import linear_constraints
-from usl_assets.crm.linear_weights import LinearWeights, for_reading
+from usl_assets.crm.linear_weights import LinearWeights, for_reading, trained_directions
 from usl_assets.crm.linear_constraints import MEASURED
 from usl_assets.crm.linear_rows import (GRADED_COLUMN, GRADED_COLUMNS, N_BUCKETS, ROW_FEATURES, feature_name_rows,
                                         graded_matrix, ngram_matrix, raw_features)
@@ -105,6 +105,8 @@ class LinearConfig:
     # without the measured columns (measured=False, the length-only twin)
     wish_focus: tuple[float, float] | None = (0.5, 3.0)  # under a wish the wish decides, what misses the prompt
     # still loses: (margin, cost) of crm/linear_weights.py; None: every term at its weight under any criteria (run 31)
+    wish_focus_trained_only: bool = True  # the focus's strength counts only the wish directions with training rows
+    # (linear_weights.WishFocus.untrained); False: every direction the criteria are read as (runs 31-36)
     reading_gain: float = 1.0  # the fitted gate's reading columns times this, once, after the fit: how far a
     # criterion the bank reads moves a whole leaderboard, which the pairwise fit leaves too timid (docs/crm.md)
 
@@ -312,7 +314,8 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     by_source = pairs.groupby("source").size().to_dict()
     kept_graded = graded if GRADED_COLUMN in columns else None
     sources = {s: {"rows": int(n), "weight": config.source_weights.get(s, 1.0)} for s, n in by_source.items()}
-    focus = for_reading(reading_directions, *config.wish_focus) if config.wish_focus else None
+    trained = trained_directions(pairs) if config.wish_focus_trained_only else None
+    focus = for_reading(reading_directions, *config.wish_focus, trained) if config.wish_focus else None
     fitted = LinearWeights(u, v, gate, mean, std, columns, float(beta[0]), kept_graded, config.supported_view, common,
                            focus=focus)
     return FitResult(fitted, loss, iterations, len(pairs), sources, [round(float(b), 6) for b in beta])

@@ -16,6 +16,10 @@ what it lacks below `margin` (reward units under the average training answer's s
 standardization puts at 0). Criteria with no wish (every default leaderboard, a scenario rubric) score exactly as
 without the rule. margin 0.5 and cost 3 were chosen on the dev measures (the blind wishes of
 benchmarks/probes_under_wishes.py and the probes' places under them), not on the held-out phrasings.
+
+Only the wish directions the checkpoint has training rows for count in s (`WishFocus.untrained` lists the others):
+a wish read as a property this CRM never learned (a held-out one, splits.heldout_properties) has no wish(c) of its
+own, so under s = 1 the substance floor alone ranked it (docs/crm.md, run 37).
 """
 
 import json
@@ -40,18 +44,44 @@ class WishFocus:
     full: float  # the sum of those columns for one wish read at full strength
     margin: float = 0.5
     cost: float = 3.0
+    untrained: tuple[int, ...] = ()  # positions among the wish columns of directions with no training rows
+
+    def __post_init__(self):
+        object.__setattr__(self, "untrained", tuple(int(i) for i in self.untrained))  # a list when read from JSON
 
     def strength(self, criteria_vector: np.ndarray) -> float:
         wishes = np.asarray(criteria_vector, np.float64).reshape(-1)[-self.wish_columns:]
-        return float(np.clip(wishes.sum() / self.full, 0.0, 1.0))
+        return float(np.clip(np.delete(wishes, self.untrained).sum() / self.full, 0.0, 1.0))
+
+    def unlearned(self, criteria_vector: np.ndarray, directions: list[str]) -> list[str]:
+        """The untrained directions (of `directions`, the wish columns' labels) a criterion is read as, where they
+        carry most of its wish reading and at least a quarter of a full wish's; else []."""
+        wishes = np.asarray(criteria_vector, np.float64).reshape(-1)[-self.wish_columns:]
+        untrained = wishes[list(self.untrained)]
+        if not len(untrained) or untrained.sum() < max(0.5 * wishes.sum(), 0.25 * self.full):
+            return []
+        return [directions[i] for i in self.untrained if wishes[i] >= 0.25 * untrained.sum()]
 
 
-def for_reading(reading_columns: list[str] | None, margin: float, cost: float) -> WishFocus | None:
-    """The focus of a CRM whose criteria vectors end in `reading_columns` (None where they carry no wish half)."""
-    wishes = sum(label.startswith(criteria_prototypes.WISH) for label in reading_columns or ())
+def for_reading(reading_columns: list[str] | None, margin: float, cost: float,
+                trained: set[str] | None = None) -> WishFocus | None:
+    """The focus of a CRM whose criteria vectors end in `reading_columns` (None where they carry no wish half);
+    `trained`: the directions ("length:less") with training rows (None: every one counts)."""
+    wishes = [label.removeprefix(criteria_prototypes.WISH) for label in reading_columns or ()
+              if label.startswith(criteria_prototypes.WISH)]
     if not wishes:
         return None
-    return WishFocus(wishes, criteria_prototypes.SCALE * criteria_prototypes.EMPHASIS, margin, cost)
+    untrained = () if trained is None else tuple(i for i, label in enumerate(wishes) if label not in trained)
+    return WishFocus(len(wishes), criteria_prototypes.SCALE * criteria_prototypes.EMPHASIS, margin, cost, untrained)
+
+
+def trained_directions(pairs) -> set[str]:
+    """The property directions ("length:less") that training rows name; a combined row names each of its own."""
+    if "property" not in pairs:
+        return set()
+    named = pairs.dropna(subset=["property"])
+    return {f"{prop}:{way}" for props, ways in zip(named["property"], named["property_direction"])
+            for prop, way in zip(str(props).split("+"), str(ways).split("+"))}
 
 
 def focused_coefficients(weights: "LinearWeights", criteria_vector: np.ndarray,

@@ -242,12 +242,14 @@ TRAIN_FAMILIES: tuple[str, ...] = _BOOK.train_families
 COMBINED: tuple[CombinedCriterion, ...] = _BOOK.combined  # criteria naming two properties at once
 
 
-def heldout_phrasings(combined: bool = False) -> list[tuple[str, str, str, str]]:
-    """(property, direction, family, text) of every held-out-family phrasing, in the properties' order; with
-    `combined`, also the held-out combined criteria as (e.g.) ('length+structure', 'less+less', 'combined', text)."""
+def heldout_phrasings(combined: bool = False, families: tuple[str, ...] = HELDOUT_FAMILIES
+                      ) -> list[tuple[str, str, str, str]]:
+    """(property, direction, family, text) of every phrasing of `families` (the held-out ones unless named), in the
+    properties' order; with `combined`, also the held-out combined criteria as (e.g.) ('length+structure',
+    'less+less', 'combined', text)."""
     found = [(name, direction, family, text)
              for name, prop in PROPERTIES.items() for direction in ("more", "less")
-             for family, texts in prop.family_phrasings(direction).items() if family in HELDOUT_FAMILIES
+             for family, texts in prop.family_phrasings(direction).items() if family in families
              for text in texts]
     if combined:
         found += [(entry.name, entry.direction, "combined", text) for entry in COMBINED if entry.heldout

@@ -331,6 +331,12 @@ def read_criteria(scorer, criteria: list[str], cache_dir: Path | None = None) ->
             warnings.append(f"criterion '{line}' is read as almost nothing (it moves the reward no more than an "
                             "unrelated sentence does): the CRM cannot measure it; rephrase it")
     warnings += _conflicts(singles, single_arrows, ref)
+    focus = scorer.weights.focus
+    unlearned = {line: focus.unlearned(v, scorer.encoder.bank.directions) if focus else []
+                 for line, v in zip(singles, vectors[1:])}
+    warnings += [f"criterion '{line}' is read as a wish for {' and '.join(named)}, which this CRM has no training rows "
+                 "for: the ranking follows the rest of its judgment, not that property"
+                 for line, named in unlearned.items() if named]
     rest = 1.0 - scorer.weights.wish_strength(vectors[0])
     return CriteriaReading(singles, table, warnings, distinctness=distinct, rest_share=rest)
 

@@ -26,13 +26,6 @@ GAMING_TABLE = "leaderboard.gaming_audit"
 FIDELITY_TABLE = "leaderboard.criteria_fidelity"
 GAMING_COLUMNS = [*audits.AUDIT_COLUMNS, "inputs_hash"]
 FIDELITY_TABLE_COLUMNS = [*fidelity.FIDELITY_COLUMNS, "inputs_hash"]
-# The pool's answers to its sampled prompts (what the scoring stage scored), read per pool.
-SAMPLED_ANSWERS = """
-    SELECT r.pool, r.prompt_id, r.model, r.prompt, r.response, r.scenario, r.scenario_group, r.length_chars
-    FROM responses.responses r
-    JOIN responses.prompt_sample s ON s.pool = r.pool AND s.prompt_id = r.prompt_id AND s.sampled
-    WHERE r.pool = ?
-    ORDER BY r.model, r.prompt_id"""
 # Part of every pool's inputs_hash: raise it when audits.py or fidelity.py changes what a pool's rows are, so none
 # is reused.
 AUDIT_LOGIC_VERSION = 2
@@ -144,7 +137,7 @@ def gaming_audit(context: dg.AssetExecutionContext, config: GamingAuditConfig, w
     parts, previous = [], PreviousRows(warehouse, GAMING_TABLE)
     for pool, reference_model in references.items():
         standing = audits.default_standing(rankings, pool)
-        answers = warehouse.query(SAMPLED_ANSWERS, [pool])
+        answers = warehouse.query(audits.SAMPLED_ANSWERS, [pool])
         real = rewards[(rewards["pool"] == pool) & rewards["model"].isin(standing["model"])]
         fingerprint = inputs_hash(
             scorer.checkpoint_id, reference_model, temperature, config.model_dump(), criteria,
@@ -199,15 +192,13 @@ def criteria_fidelity(context: dg.AssetExecutionContext, config: CriteriaFidelit
     started = time.perf_counter()
     rankings, references, _, scorer, temperature, unaudited = audit_inputs(context, warehouse, usl_home)
     phrasings = [tuple(row) for row in properties.heldout_phrasings()]
-    trained = set(warehouse.query("SELECT DISTINCT property FROM crm.training_pairs WHERE split = 'train' "
-                                  "AND property IS NOT NULL")["property"]) if warehouse.table_exists(
+    trained = set(warehouse.query(fidelity.TRAINED_PROPERTIES)["property"]) if warehouse.table_exists(
         "crm.training_pairs") else None
     context.log.info(f"{len(phrasings)} held-out phrasings of {len({p[0] for p in phrasings})} properties, "
                      f"checkpoint {scorer.checkpoint_id}")
     parts, previous = [], PreviousRows(warehouse, FIDELITY_TABLE)
     for pool, reference_model in references.items():
-        answers = warehouse.query(SAMPLED_ANSWERS, [pool])
-        answers = answers[answers["model"].isin(audits.default_standing(rankings, pool)["model"])]
+        answers = audits.ranked_answers(warehouse.query, rankings, pool)
         fingerprint = inputs_hash(scorer.checkpoint_id, reference_model, temperature, phrasings,
                                   sorted(trained) if trained is not None else None,
                                   answers[["model", "prompt_id", "response"]])
@@ -223,7 +214,7 @@ def criteria_fidelity(context: dg.AssetExecutionContext, config: CriteriaFidelit
                 with warehouse.connect() as conn:
                     cached = cached_embeddings(conn, scorer.checkpoint_id, hashes)
             context.log.info(f"{pool}: {len(cached):,} of {len(hashes):,} response rows cached by scoring")
-        parts.append(fidelity.fidelity_pool(pool, answers.reset_index(drop=True), reference_model, phrasings,
+        parts.append(fidelity.fidelity_pool(pool, answers, reference_model, phrasings,
                                           properties.property_value, scorer, cached, temperature, config.batch_size,
                                           context.log.info, trained).assign(inputs_hash=fingerprint))
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=FIDELITY_TABLE_COLUMNS)

@@ -56,6 +56,22 @@ def checkpoint_problem(scorer_id: str, reward_ids: set) -> str | None:
     return None
 
 
+# The pool's answers to its sampled prompts (what the scoring stage scored), read per pool.
+SAMPLED_ANSWERS = """
+    SELECT r.pool, r.prompt_id, r.model, r.prompt, r.response, r.scenario, r.scenario_group, r.length_chars
+    FROM responses.responses r
+    JOIN responses.prompt_sample s ON s.pool = r.pool AND s.prompt_id = r.prompt_id AND s.sampled
+    WHERE r.pool = ?
+    ORDER BY r.model, r.prompt_id"""
+
+
+def ranked_answers(query: Callable[[str, list], pd.DataFrame], rankings: pd.DataFrame, pool: str) -> pd.DataFrame:
+    """The sampled answers (SAMPLED_ANSWERS) of the models on the pool's default leaderboard; query(sql, params)
+    reads the warehouse."""
+    answers = query(SAMPLED_ANSWERS, [pool])
+    return answers[answers["model"].isin(default_standing(rankings, pool)["model"])].reset_index(drop=True)
+
+
 def default_standing(rankings: pd.DataFrame, pool: str) -> pd.DataFrame:
     """The pool's ranked real models on its default leaderboard (profile default, topic all, the default method),
     best first: model, score, rank."""

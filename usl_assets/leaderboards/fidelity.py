@@ -21,6 +21,8 @@ FIDELITY_COLUMNS = ["pool", "property", "direction", "family", "trained", "phras
                     "spearman_where_it_varies", "checkpoint_id"]
 FIDELITY_FLOOR = 0.8  # the check: median Spearman per pool at least this
 FIDELITY_LOW = 0.5  # phrasings below this are counted in the check's metadata
+# The properties training rows name; the others (splits.heldout_properties) are measured as `trained` False.
+TRAINED_PROPERTIES = "SELECT DISTINCT property FROM crm.training_pairs WHERE split = 'train' AND property IS NOT NULL"
 PHRASING_CHUNK = 16  # phrasings whose rewards are compared at once (21,735 AlpacaEval answers each)
 
 
