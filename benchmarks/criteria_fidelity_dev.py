@@ -30,7 +30,7 @@ from usl_assets.scoring.cache import cached_embeddings
 def dev_phrasings() -> list[tuple[str, str, str, str]]:
     """(property, direction, set, text): the train families' phrasings, then each fitted wording set's."""
     found = [(name, direction, "train families", text)
-             for name, direction, _, text in properties.heldout_phrasings(families=properties.TRAIN_FAMILIES)]
+             for name, direction, _, text in properties.phrasings_in_families(properties.TRAIN_FAMILIES)]
     for path in sorted(wish_reader.WORDINGS_DIR.glob("*.yaml")):
         for label, texts in yaml.safe_load(path.read_text(encoding="utf-8")).items():
             name, direction = label.split(":")

@@ -405,7 +405,7 @@ def test_under_a_wish_the_wish_decides_and_an_answer_that_misses_the_prompt_stil
     directions = scorer.encoder.bank.directions
     untrained = {directions[i] for i in weights.focus.untrained}
     assert {"sentence_length:less", "numbers:more"} <= untrained
-    assert not untrained & linear_weights.trained_directions(table[table["split"] == "train"])
+    assert not untrained & linear.trained_directions(table[table["split"] == "train"])
     for direction, strength in (("sentence_length:less", 0.0), ("length:less", 1.0)):
         full = np.zeros(weights.gate.shape[1])
         full[len(full) - weights.focus.wish_columns + directions.index(direction)] = weights.focus.full

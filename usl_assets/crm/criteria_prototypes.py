@@ -275,8 +275,8 @@ class PrototypeBank:
         """Per criterion line, its reading: per direction, the strongest of its parts' (`sides`); an unwanted part
         counts for the opposite direction. A wish (a line outside `calibrated`) is read by the property words it
         names (crm/criteria_vocabulary.py) where it names any, by the wish reader's main directions
-        (READER_SIDE_SHARE) where it names none; a calibrated line (a scenario rubric's) always by its nearest phrasings. embed: texts ->
-        {text: L2-normalized vector}."""
+        (READER_SIDE_SHARE) where it names none; a calibrated line (a scenario rubric's) always by its nearest
+        phrasings. embed: texts -> {text: L2-normalized vector}."""
         parts = {line: sides(line) for line in lines}
         vectors = embed(list(dict.fromkeys([*lines, *(text for line in lines for text, _ in parts[line])])))
         flipped = [self.directions.index(_opposite(direction)) for direction in self.directions]

@@ -42,7 +42,7 @@ from usl_assets.crm.features import DEGENERATION_FEATURES, FEATURE_NAMES
 from usl_assets.crm.gaming_pairs import LABEL_KIND as GAMING_LABEL
 from usl_assets.crm.graded_answers import GradedAnswers
 from usl_assets.crm import linear_constraints
-from usl_assets.crm.linear_weights import LinearWeights, for_reading, trained_directions
+from usl_assets.crm.linear_weights import LinearWeights, for_reading
 from usl_assets.crm.linear_constraints import MEASURED
 from usl_assets.crm.linear_rows import (GRADED_COLUMN, GRADED_COLUMNS, N_BUCKETS, ROW_FEATURES, feature_name_rows,
                                         graded_matrix, ngram_matrix, raw_features)
@@ -319,6 +319,15 @@ def fit_linear(pairs: pd.DataFrame, criteria_vectors: dict[str, np.ndarray], con
     fitted = LinearWeights(u, v, gate, mean, std, columns, float(beta[0]), kept_graded, config.supported_view, common,
                            focus=focus)
     return FitResult(fitted, loss, iterations, len(pairs), sources, [round(float(b), 6) for b in beta])
+
+
+def trained_directions(pairs: pd.DataFrame) -> set[str]:
+    """The property directions ("length:less") that training rows name; a combined row names each of its own."""
+    if "property" not in pairs:
+        return set()
+    named = pairs.dropna(subset=["property"])
+    return {f"{prop}:{way}" for props, ways in zip(named["property"], named["property_direction"])
+            for prop, way in zip(str(props).split("+"), str(ways).split("+"))}
 
 
 def row_weights(pairs: pd.DataFrame, config: LinearConfig) -> np.ndarray:

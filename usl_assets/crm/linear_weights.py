@@ -49,14 +49,17 @@ class WishFocus:
     def __post_init__(self):
         object.__setattr__(self, "untrained", tuple(int(i) for i in self.untrained))  # a list when read from JSON
 
+    def wishes(self, criteria_vector: np.ndarray) -> np.ndarray:
+        """The criteria vector's wish half."""
+        return np.asarray(criteria_vector, np.float64).reshape(-1)[-self.wish_columns:]
+
     def strength(self, criteria_vector: np.ndarray) -> float:
-        wishes = np.asarray(criteria_vector, np.float64).reshape(-1)[-self.wish_columns:]
-        return float(np.clip(np.delete(wishes, self.untrained).sum() / self.full, 0.0, 1.0))
+        return float(np.clip(np.delete(self.wishes(criteria_vector), self.untrained).sum() / self.full, 0.0, 1.0))
 
     def unlearned(self, criteria_vector: np.ndarray, directions: list[str]) -> list[str]:
         """The untrained directions (of `directions`, the wish columns' labels) a criterion is read as, where they
         carry most of its wish reading and at least a quarter of a full wish's; else []."""
-        wishes = np.asarray(criteria_vector, np.float64).reshape(-1)[-self.wish_columns:]
+        wishes = self.wishes(criteria_vector)
         untrained = wishes[list(self.untrained)]
         if not len(untrained) or untrained.sum() < max(0.5 * wishes.sum(), 0.25 * self.full):
             return []
@@ -73,15 +76,6 @@ def for_reading(reading_columns: list[str] | None, margin: float, cost: float,
         return None
     untrained = () if trained is None else tuple(i for i, label in enumerate(wishes) if label not in trained)
     return WishFocus(len(wishes), criteria_prototypes.SCALE * criteria_prototypes.EMPHASIS, margin, cost, untrained)
-
-
-def trained_directions(pairs) -> set[str]:
-    """The property directions ("length:less") that training rows name; a combined row names each of its own."""
-    if "property" not in pairs:
-        return set()
-    named = pairs.dropna(subset=["property"])
-    return {f"{prop}:{way}" for props, ways in zip(named["property"], named["property_direction"])
-            for prop, way in zip(str(props).split("+"), str(ways).split("+"))}
 
 
 def focused_coefficients(weights: "LinearWeights", criteria_vector: np.ndarray,

@@ -242,15 +242,18 @@ TRAIN_FAMILIES: tuple[str, ...] = _BOOK.train_families
 COMBINED: tuple[CombinedCriterion, ...] = _BOOK.combined  # criteria naming two properties at once
 
 
-def heldout_phrasings(combined: bool = False, families: tuple[str, ...] = HELDOUT_FAMILIES
-                      ) -> list[tuple[str, str, str, str]]:
-    """(property, direction, family, text) of every phrasing of `families` (the held-out ones unless named), in the
-    properties' order; with `combined`, also the held-out combined criteria as (e.g.) ('length+structure',
-    'less+less', 'combined', text)."""
-    found = [(name, direction, family, text)
-             for name, prop in PROPERTIES.items() for direction in ("more", "less")
-             for family, texts in prop.family_phrasings(direction).items() if family in families
-             for text in texts]
+def phrasings_in_families(families: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
+    """(property, direction, family, text) of every phrasing of `families`, in the properties' order."""
+    return [(name, direction, family, text)
+            for name, prop in PROPERTIES.items() for direction in ("more", "less")
+            for family, texts in prop.family_phrasings(direction).items() if family in families
+            for text in texts]
+
+
+def heldout_phrasings(combined: bool = False) -> list[tuple[str, str, str, str]]:
+    """(property, direction, family, text) of every held-out-family phrasing, in the properties' order; with
+    `combined`, also the held-out combined criteria as (e.g.) ('length+structure', 'less+less', 'combined', text)."""
+    found = phrasings_in_families(HELDOUT_FAMILIES)
     if combined:
         found += [(entry.name, entry.direction, "combined", text) for entry in COMBINED if entry.heldout
                   for text in entry.texts]
