@@ -6,10 +6,16 @@ is fitted on (crm/wish_wordings/), 1,364 phrasings of the trained properties per
 what the asset's metadata shows (fidelity.fidelity_summary): the phrasings, median and minimum Spearman, how many
 fall below 0.5, and the length, perfect-reader and decisive baselines.
 
-    USL_DATA_DIR=../shared/data .venv/bin/python benchmarks/criteria_fidelity_dev.py [--home .usl]
+The wish reader (crm/wish_reader.py) is fitted on these wordings, so the plain measure favours reading each line
+whole, as it was fitted. `--leave-one-set-out` measures each wording set with the reader fitted again without it
+(the CRM's gate and the rest unchanged), the way it reads wordings it never saw; the train families stay in, since
+the gate was fitted on their rows too.
 
-Needs a `make run` warehouse (read only: the cached response rows of its default checkpoint); about 5 minutes on 2
-cores.
+    USL_DATA_DIR=../shared/data .venv/bin/python benchmarks/criteria_fidelity_dev.py [--home .usl]
+        [--leave-one-set-out]
+
+Needs a `make run` warehouse (read only: the cached response rows of its default checkpoint); about 4 minutes on 2
+cores, either way.
 """
 
 import argparse
@@ -26,10 +32,12 @@ from usl_assets.responses.pools import content_hash
 from usl_assets.scoring import score
 from usl_assets.scoring.cache import cached_embeddings
 
+TRAIN_FAMILIES = "train families"
+
 
 def dev_phrasings() -> list[tuple[str, str, str, str]]:
     """(property, direction, set, text): the train families' phrasings, then each fitted wording set's."""
-    found = [(name, direction, "train families", text)
+    found = [(name, direction, TRAIN_FAMILIES, text)
              for name, direction, _, text in properties.phrasings_in_families(properties.TRAIN_FAMILIES)]
     for path in sorted(wish_reader.WORDINGS_DIR.glob("*.yaml")):
         for label, texts in yaml.safe_load(path.read_text(encoding="utf-8")).items():
@@ -53,6 +61,8 @@ def pool_inputs(conn: duckdb.DuckDBPyConnection, checkpoint_id: str):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--home", default=os.environ.get("USL_HOME", ".usl"))
+    parser.add_argument("--leave-one-set-out", action="store_true",
+                        help="read each wording set with the wish reader fitted without it")
     args = parser.parse_args()
     home = Path(args.home)
     scorer = score.load_scorer(home, "")
@@ -60,16 +70,29 @@ def main() -> None:
     calibration = conn.sql("SELECT * FROM crm.calibration").df()
     temperature = float(calibration.loc[calibration["checkpoint_id"] == scorer.checkpoint_id, "temperature"].iloc[0])
     trained = set(conn.sql(fidelity.TRAINED_PROPERTIES).df()["property"])
-    phrasings = dev_phrasings()
+    phrasings = [phrasing for phrasing in dev_phrasings() if phrasing[0] in trained]
+    inputs = list(pool_inputs(conn, scorer.checkpoint_id))
+    bank = scorer.encoder.bank
+    fitted_reader = bank.reader
+    # Per measured group: the reader that reads it (None: the checkpoint's) and its phrasings.
+    groups = [(None, phrasings)]
+    if args.leave_one_set_out:
+        sets = list(dict.fromkeys(wording_set for _, _, wording_set, _ in phrasings))
+        groups = [(wording_set, [p for p in phrasings if p[2] == wording_set]) for wording_set in sets]
     parts = []
-    for pool, answers, reference, cached in pool_inputs(conn, scorer.checkpoint_id):
-        print(f"{pool}: {len(answers):,} answers of {answers['model'].nunique()} models under {len(phrasings):,} "
-              "dev phrasings", flush=True)
-        parts.append(fidelity.fidelity_pool(pool, answers, reference, phrasings, properties.property_value, scorer,
-                                            cached, temperature, trained=trained))
+    for left_out, group in groups:
+        refit = left_out not in (None, TRAIN_FAMILIES)
+        bank.reader = fitted_reader.without(bank.labels, bank.texts, [text for *_, text in group]) if refit \
+            else fitted_reader
+        for pool, answers, reference, cached in inputs:
+            print(f"{pool}: {len(answers):,} answers of {answers['model'].nunique()} models under {len(group):,} "
+                  f"dev phrasings{f' ({left_out}, the reader fitted without it)' if refit else ''}", flush=True)
+            parts.append(fidelity.fidelity_pool(pool, answers, reference, group, properties.property_value, scorer,
+                                                cached, temperature, trained=trained))
     table = pd.concat(parts, ignore_index=True)
     table = table[table["trained"]]
-    print(f"checkpoint {scorer.checkpoint_id}")
+    reader_note = ", each wording set read by the reader fitted without it" if args.leave_one_set_out else ""
+    print(f"checkpoint {scorer.checkpoint_id}{reader_note}")
     with pd.option_context("display.width", 250):
         for by in ("pool", ["pool", "family"]):  # "family": the train families, or the wording set
             print(fidelity.fidelity_summary(table, by).round(3).to_string(index=False))

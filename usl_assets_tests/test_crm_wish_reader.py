@@ -76,3 +76,19 @@ def test_the_reader_is_saved_with_the_bank(encoder, tmp_path):
     loaded = criteria_prototypes.PrototypeBank.load(tmp_path)
     vectors = np.stack(list(encoder.embed_lines(["Less jargon.", "Keep it punchy."]).values()))
     assert np.allclose(loaded.reader.probabilities(vectors), encoder.bank.reader.probabilities(vectors), atol=1e-4)
+
+
+def test_a_reader_refit_without_a_wording_has_not_seen_it(encoder):
+    """WishReader.without (benchmarks/criteria_fidelity_dev.py --leave-one-set-out): the wording is out of the
+    fit, and the reader it came from is unchanged."""
+    text, direction = "Keep it punchy — Hemingway, not Proust.", "sentence_length:less"
+    bank, reader = encoder.bank, encoder.bank.reader
+    vector = np.stack(list(encoder.embed_lines([text]).values()))
+    column = bank.directions.index(direction)
+    before = reader.probabilities(vector)[0, column]
+    without = reader.without(bank.labels, bank.texts, [text.upper()])  # compared as fitted_on compares
+    assert len(without.vectors) == len(reader.vectors) - 1
+    assert without.probabilities(vector)[0, column] < before - 0.05
+    assert reader.probabilities(vector)[0, column] == before
+    with pytest.raises(ValueError, match="refit it from the same checkpoint's bank"):
+        reader.without(bank.labels[1:], bank.texts[1:], [text])

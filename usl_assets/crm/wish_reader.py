@@ -42,6 +42,11 @@ MATCH_FLOOR = 0.1
 WEIGHTS_FILE_KEYS = ("reader_coef", "reader_intercept", "reader_vectors")
 
 
+def _key(text: str) -> str:
+    """How wordings are compared: lower-case, whitespace-normalized."""
+    return " ".join(text.lower().split())
+
+
 @functools.cache
 def wordings() -> tuple[list[str], list[str]]:
     """(label per wording, wording) of the sets in WORDINGS_DIR, in file order, each a YAML mapping
@@ -59,16 +64,13 @@ def fitted_on(bank_labels: list[str], bank_texts: list[str]) -> tuple[list[str],
     held-out family's or new_criteria phrasing (compared lower-case, whitespace-normalized) or an earlier line."""
     from usl_assets.crm.properties import PROPERTIES
 
-    def key(text: str) -> str:
-        return " ".join(text.lower().split())
-
-    kept_out = {key(text) for prop in PROPERTIES.values() for direction in ("more", "less")
+    kept_out = {_key(text) for prop in PROPERTIES.values() for direction in ("more", "less")
                 for pool in ("paraphrase", "new_criteria") for text in prop.phrasings(direction, pool)}
     labels, texts, seen = [], [], set(kept_out)
     set_labels, set_texts = wordings()
     for label, text in zip([*bank_labels, *set_labels], [*bank_texts, *set_texts]):
-        if key(text) not in seen:
-            seen.add(key(text))
+        if _key(text) not in seen:
+            seen.add(_key(text))
             labels.append(label)
             texts.append(text)
     return labels, texts
@@ -107,6 +109,19 @@ class WishReader:
         belief = self.probabilities(line_vector[None, :])[0]
         weighed = np.where(named > 0, named * (belief + WORDS_FLOOR), 0.0)
         return weighed * (named.sum() / weighed.sum())
+
+    def without(self, bank_labels: list[str], bank_texts: list[str], left_out: list[str]) -> "WishReader":
+        """This reader fitted again on what it was fitted on (`fitted_on` of the same bank) less the wordings
+        `left_out`: what it reads of a wording set it never saw (benchmarks/criteria_fidelity_dev.py
+        --leave-one-set-out). Refits on the stored vectors, so nothing is embedded again."""
+        labels, texts = fitted_on(bank_labels, bank_texts)
+        if len(texts) != len(self.vectors):
+            raise ValueError(f"the reader was fitted on {len(self.vectors)} wordings, this bank and wish_wordings/ "
+                             f"give {len(texts)}: refit it from the same checkpoint's bank")
+        out = {_key(text) for text in left_out}
+        keep = np.array([_key(text) not in out for text in texts])
+        return WishReader.fit(self.directions, [label for label, kept in zip(labels, keep) if kept],
+                              self.vectors[keep])
 
     def arrays(self) -> dict[str, np.ndarray]:
         return dict(zip(WEIGHTS_FILE_KEYS, (self.coef, self.intercept, self.vectors)))
