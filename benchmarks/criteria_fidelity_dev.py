@@ -74,7 +74,7 @@ def main() -> None:
     inputs = list(pool_inputs(conn, scorer.checkpoint_id))
     bank = scorer.encoder.bank
     fitted_reader = bank.reader
-    # Per measured group: the reader that reads it (None: the checkpoint's) and its phrasings.
+    # Per measured group: the wording set it is (None: every phrasing at once) and its phrasings.
     groups = [(None, phrasings)]
     if args.leave_one_set_out:
         sets = list(dict.fromkeys(wording_set for _, _, wording_set, _ in phrasings))
@@ -89,8 +89,7 @@ def main() -> None:
                   f"dev phrasings{f' ({left_out}, the reader fitted without it)' if refit else ''}", flush=True)
             parts.append(fidelity.fidelity_pool(pool, answers, reference, group, properties.property_value, scorer,
                                                 cached, temperature, trained=trained))
-    table = pd.concat(parts, ignore_index=True)
-    table = table[table["trained"]]
+    table = pd.concat(parts, ignore_index=True)  # trained properties only: `phrasings` is filtered
     reader_note = ", each wording set read by the reader fitted without it" if args.leave_one_set_out else ""
     print(f"checkpoint {scorer.checkpoint_id}{reader_note}")
     with pd.option_context("display.width", 250):

@@ -69,8 +69,8 @@ def fitted_on(bank_labels: list[str], bank_texts: list[str]) -> tuple[list[str],
     labels, texts, seen = [], [], set(kept_out)
     set_labels, set_texts = wordings()
     for label, text in zip([*bank_labels, *set_labels], [*bank_texts, *set_texts]):
-        if _key(text) not in seen:
-            seen.add(_key(text))
+        if (key := _key(text)) not in seen:
+            seen.add(key)
             labels.append(label)
             texts.append(text)
     return labels, texts
