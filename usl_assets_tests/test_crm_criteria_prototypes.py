@@ -73,6 +73,7 @@ def test_a_user_s_wish_is_read_with_emphasis_and_the_training_rows_criteria_at_t
     dataclasses.replace(encoder.bank, calibrated=calibrated).save(tmp_path)
     scoring = copy.copy(encoder)
     scoring.bank = criteria_prototypes.PrototypeBank.load(tmp_path)
+    scoring.bank.reader.attach(encoder.backbone_path)  # as CriteriaEncoder does with a loaded bank
     assert scoring.bank.calibrated == calibrated
     dim = 384
     fitting = copy.copy(encoder)  # the bank as the fit reads it (linear_crm.train_linear): no emphasis yet

@@ -289,11 +289,11 @@ class PrototypeBank:
             reader = self.reader if by_words else None
             if named:
                 reading = np.max(named, axis=0)
-                rows.append(reader.weigh_named(reading, vectors[line]) if reader is not None else reading)
+                rows.append(reader.weigh_named(reading, line, vectors[line]) if reader is not None else reading)
                 continue
             if reader is not None:
                 line_vector = vectors[line][None, :]
-                read = SCALE * reader.probabilities(line_vector)[0] * reader.match(line_vector)[0]
+                read = SCALE * reader.belief([line], line_vector)[0] * reader.match(line_vector)[0]
                 rows.append(main_directions(read, READER_SIDE_SHARE))
                 continue
             rows.append(np.max([self.read(vectors[text][None, :], [text])[0] if wanted

@@ -42,21 +42,26 @@ class CriteriaEncoder:
                 self.encoder, self.tokenizer = load_encoder(backbone, torch.device("cpu"), None)
             self.encoder.eval()
         self.max_length = max_length
+        self.backbone_path = Path(backbone.path)
         self.bank = bank
         self._cache: dict[str, np.ndarray] = {}
         if bank is not None and bank.texts is not None:  # its phrasings, embedded when it was built
             self._cache.update(zip(bank.texts, bank.vectors))
+        if bank is not None and bank.reader is not None:
+            bank.reader.attach(backbone.path)
 
-    def with_training_bank(self) -> "CriteriaEncoder":
+    def with_training_bank(self, log=print) -> "CriteriaEncoder":
         """Build the prototype bank from the training phrasings and fit the wish reader on them and the wording
-        sets (crm/wish_reader.py), each line embedded once."""
+        sets (crm/wish_reader.py), each line embedded once; on a BERT backbone (run in NumPy) the reader's own
+        encoder is fine-tuned too (crm/wish_tuning.py)."""
         labels, texts = criteria_prototypes.bank_phrasings()
         reader_labels, reader_texts = wish_reader.fitted_on(labels, texts)
         vectors = self.embed_lines(list(dict.fromkeys([*texts, *reader_texts])))
         self.bank = PrototypeBank(labels, np.stack([vectors[text] for text in texts]),
                                   [criteria_prototypes.negated(text) for text in texts], list(texts))
         self.bank.reader = WishReader.fit(self.bank.directions, reader_labels,
-                                          np.stack([vectors[text] for text in reader_texts]))
+                                          np.stack([vectors[text] for text in reader_texts]), reader_texts,
+                                          self.backbone_path if self.numpy is not None else None, log)
         return self
 
     def embed_lines(self, lines: list[str], batch_size: int = 32) -> dict[str, np.ndarray]:
@@ -134,7 +139,7 @@ def train_linear(pairs: pd.DataFrame, backbone: Backbone, train_config, folder: 
     """Fit the CRM and its length-only twin into `folder`; returns the figures train_crm records.
     `graded_answers`: crm.graded_answers rows, for the graded-answers feature (none: the feature is left out)."""
     started = time.perf_counter()
-    encoder = CriteriaEncoder(backbone, train_config.max_length // 2).with_training_bank()
+    encoder = CriteriaEncoder(backbone, train_config.max_length // 2).with_training_bank(log)
     # saved with the bank: scoring emphasizes every other line; the fit reads them all at its own strength, the
     # wishes (property rows) by their words where they name a property, as scoring does
     encoder.bank.calibrated, encoder.bank.emphasized = calibrated_lines(pairs), False
@@ -143,7 +148,8 @@ def train_linear(pairs: pd.DataFrame, backbone: Backbone, train_config, folder: 
     log(f"linear CRM: {len(profiles):,} criteria profiles of {len(lines):,} distinct criteria, embedded with the "
         f"frozen {backbone.name} encoder")
     vectors = dict(zip(profiles, encoder.embed(list(profiles.values()))))
-    deadline = started + train_config.max_minutes * 60
+    # the safety net is the fit's: the reader's fine-tuning above (crm/wish_tuning.py) has a fixed step count
+    deadline = time.perf_counter() + train_config.max_minutes * 60
     config = linear_config(train_config)
     graded = None
     if graded_answers is not None and len(graded_answers):

@@ -46,13 +46,17 @@ def _gelu(x: np.ndarray) -> np.ndarray:
 class NumpyBertEncoder:
     """embed(texts) -> L2-normalized mean-pooled embeddings (float32), as model.embed_texts."""
 
-    def __init__(self, folder: Path, max_length: int):
+    def __init__(self, folder: Path, max_length: int, replaced: dict[str, np.ndarray] | None = None):
+        """replaced: weights (by name, without "bert.") that stand in for the folder's (a fine-tuned layer's)."""
         from safetensors.numpy import load_file
         from tokenizers import Tokenizer
 
         self.config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
         self.weights = {name.removeprefix("bert."): value for name, value in
                         load_file(Path(folder) / "model.safetensors").items()}
+        if unknown := set(replaced or {}) - self.weights.keys():
+            raise ValueError(f"{folder} has no weights named {sorted(unknown)[:3]}")
+        self.weights.update({name: np.asarray(value, np.float32) for name, value in (replaced or {}).items()})
         self.tokenizer = Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
         self.tokenizer.enable_truncation(max_length)
         self.tokenizer.no_padding()

@@ -5,10 +5,11 @@ The bank reads a line by its three nearest training phrasings, and the words (cr
 written one wording at a time; both missed the wordings nobody had tuned them on: the first measure of each blind
 set written by a helper who saw no code was 0.67-0.79 (docs/crm.md, runs 32-33), complaints and idioms about half.
 The reader is a multinomial logistic regression over the line's sentence embedding, one class per property
-direction, fitted on the training phrasings and on every wording set written apart from them (`wish_wordings/`:
-descriptions, complaints, idioms, rhetorical questions, long first-person lines, by seven helpers). It never sees
-the held-out families or the new_criteria phrasings (those that repeat one are dropped), so `criteria_paraphrase`
-and `leaderboard.criteria_fidelity` still measure wordings it did not fit; `benchmarks/criteria_reading.py` reports
+direction (on a BERT backbone, the default, over an embedding by the backbone with its upper layers fine-tuned from
+that regression: crm/wish_tuning.py), fitted on the training phrasings and on every wording set written apart from
+them (`wish_wordings/`: descriptions, complaints, idioms, rhetorical questions, long first-person lines, by seven
+helpers). It never sees the held-out families or the new_criteria phrasings (those that repeat one are dropped), so
+`criteria_paraphrase` and `leaderboard.criteria_fidelity` still measure wordings it did not fit; `benchmarks/criteria_reading.py` reports
 it on them and on an eighth set kept out of everything (`benchmarks/criteria_wordings_blind7.yaml`).
 
 How it combines with the words (PrototypeBank.read_lines): where a wish names a property's words, the words decide
@@ -20,11 +21,13 @@ logistic ramp), so a line like no wish ("asdf qwerty") still reads as nothing.
 
 import functools
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import yaml
+
+from usl_assets.crm import wish_tuning
 
 WORDINGS_DIR = Path(__file__).with_name("wish_wordings")
 C = 10.0  # inverse L2 strength: chosen by fitting without blind4 and reading it (0.81 at 3, 0.83 at 10 and 30)
@@ -40,6 +43,7 @@ MATCH_CENTER, MATCH_WIDTH = 0.45, 0.05  # as the bank's: a line close to no word
 # (10th percentile), the fitted wordings about 1.
 MATCH_FLOOR = 0.1
 WEIGHTS_FILE_KEYS = ("reader_coef", "reader_intercept", "reader_vectors")
+TUNED_KEY_PREFIX = "reader_tuned."  # the fine-tuned layers' weights (crm/wish_tuning.py) in the bank's file
 
 
 def _key(text: str) -> str:
@@ -82,18 +86,56 @@ class WishReader:
     coef: np.ndarray  # directions × embedding
     intercept: np.ndarray  # directions
     vectors: np.ndarray  # the L2-normalized embeddings of what it was fitted on (for `match`)
+    # Its own encoder's fine-tuned layers (crm/wish_tuning.py; None: it reads the criteria encoder's embedding)
+    tuned: dict[str, np.ndarray] | None = None
+    folder: Path | None = None  # the backbone the tuned layers belong to (set by `attach`)
+    _encoder: object = field(default=None, repr=False, compare=False)
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def fit(cls, directions: list[str], labels: list[str], vectors: np.ndarray) -> "WishReader":
+    def fit(cls, directions: list[str], labels: list[str], vectors: np.ndarray, texts: list[str] | None = None,
+            folder: Path | None = None, log=print) -> "WishReader":
+        """A logistic regression over the wordings' embeddings (`vectors`); with `texts` and a BERT backbone's
+        `folder`, then the backbone's upper layers fine-tuned from it (crm/wish_tuning.py)."""
         from sklearn.linear_model import LogisticRegression
 
         model = LogisticRegression(C=C, max_iter=5000).fit(np.asarray(vectors, np.float64), labels)
         order = [list(model.classes_).index(d) for d in directions]  # every direction has wordings
-        return cls(list(directions), model.coef_[order], model.intercept_[order], np.asarray(vectors, np.float64))
+        reader = cls(list(directions), model.coef_[order], model.intercept_[order], np.asarray(vectors, np.float64))
+        if texts is not None and folder is not None:
+            reader.tuned, reader.coef, reader.intercept = wish_tuning.tune(
+                folder, reader.directions, list(labels), list(texts), reader.coef, reader.intercept, log)
+            reader.attach(folder)
+        return reader
 
-    def probabilities(self, line_vectors: np.ndarray) -> np.ndarray:
-        """lines × directions: the reader's belief, summing to 1 per line."""
-        logits = (np.asarray(line_vectors, np.float64) @ self.coef.T + self.intercept) / TEMPERATURE
+    def attach(self, folder: Path) -> "WishReader":
+        """Give a tuned reader its backbone (the frozen layers its tuned ones sit on)."""
+        self.folder = Path(folder)
+        if self.tuned is not None:
+            from usl_assets.crm.numpy_encoder import NumpyBertEncoder
+
+            self._encoder = NumpyBertEncoder(self.folder, wish_tuning.MAX_LENGTH, self.tuned)
+        return self
+
+    def reading_vectors(self, lines: list[str], line_vectors: np.ndarray) -> np.ndarray:
+        """What the reader reads of each line: its own encoder's embedding where it is tuned, else `line_vectors`
+        (the criteria encoder's)."""
+        if self.tuned is None:
+            return np.asarray(line_vectors, np.float64)
+        if self._encoder is None:
+            raise ValueError("a tuned wish reader needs its backbone: call attach(folder)")
+        missing = list(dict.fromkeys(line for line in lines if line not in self._cache))
+        if missing:
+            self._cache.update(zip(missing, self._encoder.embed(missing).astype(np.float64)))
+        return np.stack([self._cache[line] for line in lines])
+
+    def belief(self, lines: list[str], line_vectors: np.ndarray) -> np.ndarray:
+        """lines × directions: the reader's belief in each line (line_vectors: the criteria encoder's)."""
+        return self.probabilities(self.reading_vectors(lines, line_vectors))
+
+    def probabilities(self, reading_vectors: np.ndarray) -> np.ndarray:
+        """lines × directions: the reader's belief, summing to 1 per line, from `reading_vectors`."""
+        logits = (np.asarray(reading_vectors, np.float64) @ self.coef.T + self.intercept) / TEMPERATURE
         logits -= logits.max(axis=1, keepdims=True)
         belief = np.exp(logits)
         return belief / belief.sum(axis=1, keepdims=True)
@@ -104,16 +146,17 @@ class WishReader:
         ramp = 1.0 / (1.0 + np.exp(-(similarity - MATCH_CENTER) / MATCH_WIDTH))
         return np.where(ramp < MATCH_FLOOR, 0.0, ramp)
 
-    def weigh_named(self, named: np.ndarray, line_vector: np.ndarray) -> np.ndarray:
+    def weigh_named(self, named: np.ndarray, line: str, line_vector: np.ndarray) -> np.ndarray:
         """The words' reading (per direction, ≥ 0) reweighed by the reader's belief, same total."""
-        belief = self.probabilities(line_vector[None, :])[0]
+        belief = self.belief([line], line_vector[None, :])[0]
         weighed = np.where(named > 0, named * (belief + WORDS_FLOOR), 0.0)
         return weighed * (named.sum() / weighed.sum())
 
     def without(self, bank_labels: list[str], bank_texts: list[str], left_out: list[str]) -> "WishReader":
         """This reader fitted again on what it was fitted on (`fitted_on` of the same bank) less the wordings
         `left_out`: what it reads of a wording set it never saw (benchmarks/criteria_fidelity_dev.py
-        --leave-one-set-out). Refits on the stored vectors, so nothing is embedded again."""
+        --leave-one-set-out). Refits on the stored vectors, so nothing is embedded again; a tuned reader is
+        fine-tuned again (a minute or two)."""
         labels, texts = fitted_on(bank_labels, bank_texts)
         if len(texts) != len(self.vectors):
             raise ValueError(f"the reader was fitted on {len(self.vectors)} wordings, this bank and wish_wordings/ "
@@ -121,18 +164,23 @@ class WishReader:
         out = {_key(text) for text in left_out}
         keep = np.array([_key(text) not in out for text in texts])
         return WishReader.fit(self.directions, [label for label, kept in zip(labels, keep) if kept],
-                              self.vectors[keep])
+                              self.vectors[keep], [text for text, kept in zip(texts, keep) if kept]
+                              if self.tuned is not None else None, self.folder if self.tuned is not None else None)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return dict(zip(WEIGHTS_FILE_KEYS, (self.coef, self.intercept, self.vectors)))
+        tuned = {TUNED_KEY_PREFIX + name: value for name, value in (self.tuned or {}).items()}
+        return {**dict(zip(WEIGHTS_FILE_KEYS, (self.coef, self.intercept, self.vectors))), **tuned}
 
     @classmethod
     def from_arrays(cls, directions: list[str], arrays: dict[str, np.ndarray]) -> "WishReader | None":
         if not all(key in arrays for key in WEIGHTS_FILE_KEYS):
             return None
         coef, intercept, vectors = (np.asarray(arrays[key], np.float64) for key in WEIGHTS_FILE_KEYS)
-        return cls(list(directions), coef, intercept, vectors)
+        tuned = {key.removeprefix(TUNED_KEY_PREFIX): np.asarray(value, np.float32) for key, value in arrays.items()
+                 if key.startswith(TUNED_KEY_PREFIX)}
+        return cls(list(directions), coef, intercept, vectors, tuned or None)
 
 
 # In the checkpoint id (criteria_prototypes.SETTINGS): the wordings and the fit's settings.
-VERSION = hashlib.sha256(repr([C, WORDS_FLOOR, TEMPERATURE, TOP_K, MATCH_CENTER, MATCH_WIDTH, MATCH_FLOOR, wordings()]).encode()).hexdigest()[:12]
+VERSION = hashlib.sha256(repr([C, WORDS_FLOOR, TEMPERATURE, TOP_K, MATCH_CENTER, MATCH_WIDTH, MATCH_FLOOR, wordings(),
+                               wish_tuning.SETTINGS]).encode()).hexdigest()[:12]
