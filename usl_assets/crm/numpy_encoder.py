@@ -10,6 +10,7 @@ tokens and L2 normalization. Float32 throughout; it agrees with the torch encode
 (usl_assets_tests/test_crm_numpy_encoder.py). Other backbones (decoders) keep the torch encoder (linear_crm.CriteriaEncoder).
 """
 
+import functools
 import json
 from pathlib import Path
 
@@ -43,17 +44,28 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + erf(x / np.float32(np.sqrt(2.0)))).astype(np.float32)
 
 
+@functools.cache
+def _backbone_weights(folder: str) -> dict[str, np.ndarray]:
+    """A backbone's weights (names without "bert."), read once per process: the criteria encoder and the wish
+    reader's (crm/wish_reader.py, which replaces its tuned layers in its own copy of the dict) share the arrays."""
+    from safetensors.numpy import load_file
+
+    weights = {name.removeprefix("bert."): value
+               for name, value in load_file(Path(folder) / "model.safetensors").items()}
+    for value in weights.values():
+        value.flags.writeable = False  # shared: no encoder may change another's
+    return weights
+
+
 class NumpyBertEncoder:
     """embed(texts) -> L2-normalized mean-pooled embeddings (float32), as model.embed_texts."""
 
     def __init__(self, folder: Path, max_length: int, replaced: dict[str, np.ndarray] | None = None):
         """replaced: weights (by name, without "bert.") that stand in for the folder's (a fine-tuned layer's)."""
-        from safetensors.numpy import load_file
         from tokenizers import Tokenizer
 
         self.config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
-        self.weights = {name.removeprefix("bert."): value for name, value in
-                        load_file(Path(folder) / "model.safetensors").items()}
+        self.weights = dict(_backbone_weights(str(Path(folder).resolve())))
         if unknown := set(replaced or {}) - self.weights.keys():
             raise ValueError(f"{folder} has no weights named {sorted(unknown)[:3]}")
         self.weights.update({name: np.asarray(value, np.float32) for name, value in (replaced or {}).items()})
